@@ -1,0 +1,169 @@
+"Properties of the social-choice rules that a wrong implementation would break (spec section 6)."
+import numpy as np
+import pytest
+from scipy.special import expit, logit
+
+from maspob_etal.social_choice import (Rule, RULE_KINDS, bt_reward, borda_scores, check_clones, check_condorcet,
+    check_monotonicity, check_neutrality, check_pareto, check_reinforcement, condorcet_winner, exploitability,
+    maximal_lottery, maximal_lottery_lp, nash_md_tabular, preference_matrix, random_profile, rlhf_policy, rlhf_tabular,
+    smith_set, vnw_path, vnw_policy, _same_outcome_P)
+
+def profiles(k, n_choices=(3, 5, 7, 9), m=4, seed=0, kind="ic"):
+    rng = np.random.default_rng(seed)
+    return [random_profile(int(rng.choice(n_choices)), m, kind, rng=rng) for _ in range(k)]
+
+def softmax(x): z = np.exp(x - x.max()); return z / z.sum()
+
+# --- P invariants ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["ic", "mallows", "mixture"])
+def test_P_invariants(kind):
+    for r in profiles(20, kind=kind, m=5):
+        P = preference_matrix(r)
+        assert np.allclose(P + P.T, 1) and np.allclose(np.diag(P), 0.5) and ((P >= 0) & (P <= 1)).all()
+    P = preference_matrix(np.array([[2, 0, 1]] * 4))          # unanimous profile: 0/1 entries
+    assert set(np.unique(P[~np.eye(3, dtype=bool)])) == {0.0, 1.0}
+
+# --- m = 2 closed forms --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p,beta", [(0.7, 0.3), (0.55, 0.05), (0.2, 2.0)])
+def test_two_alternatives_closed_forms(p, beta):
+    P = np.array([[0.5, p], [1 - p, 0.5]])
+    assert vnw_policy(P, beta)[0] == pytest.approx(expit((p - 0.5) / beta), abs=1e-10)
+    assert rlhf_policy(P, beta, reward="borda")[0] == pytest.approx(expit((p - 0.5) / beta), abs=1e-10)
+    assert rlhf_policy(P, beta, reward="bt")[0] == pytest.approx(expit(logit(p) / beta), abs=1e-6)
+
+# --- maximal lottery -------------------------------------------------------------------------------------------
+def regret_matching(M, iters=100_000):
+    "Average strategy of regret matching+ self-play on the symmetric zero-sum game M (row player maximizes)."
+    m = len(M); R = np.zeros(m); avg = np.zeros(m)
+    for t in range(1, iters + 1):
+        s = np.maximum(R, 0); s = s / s.sum() if s.sum() > 0 else np.full(m, 1 / m)
+        u = M @ s                                       # payoff of each pure strategy against itself-play s
+        R = np.maximum(R + u - s @ u, 0); avg += t * s
+    return avg / avg.sum()
+
+def test_maximal_lottery_facts():
+    assert np.allclose(maximal_lottery(preference_matrix([[0, 1, 2], [1, 2, 0], [2, 0, 1]])), 1 / 3)
+    for r in profiles(60, m=5):
+        P = preference_matrix(r); ml = maximal_lottery(P)
+        assert ml @ P @ np.ones(5) / 5 >= 0 and (ml @ P).min() == pytest.approx(0.5, abs=1e-9)   # value 1/2
+        c = condorcet_winner(P)
+        if c is not None: assert ml[c] == pytest.approx(1.0)
+        assert np.allclose(ml, maximal_lottery_lp(P), atol=1e-7)
+        assert set(np.nonzero(ml > 1e-12)[0]) <= set(smith_set(P))
+
+def test_maximal_lottery_matches_regret_matching():
+    n_checked = 0
+    for r in profiles(30, n_choices=(5, 7), m=4, seed=3):
+        P = preference_matrix(r)
+        if condorcet_winner(P) is not None: continue
+        rm = regret_matching(P - 0.5, 20_000)
+        assert np.abs(rm - maximal_lottery(P)).sum() < 1e-2
+        n_checked += 1
+    assert n_checked >= 3
+
+# --- regularized von Neumann winner -----------------------------------------------------------------------------
+def extragradient(P, beta, ref, eta=0.2, iters=3_000):
+    "Independent solver: mirror-prox (extragradient) on the regularized min-max game."
+    x = y = np.log(ref)
+    for _ in range(iters):
+        p, q = softmax(x), softmax(y)
+        xh = (1 - eta * beta) * x + eta * beta * np.log(ref) + eta * P @ q
+        yh = (1 - eta * beta) * y + eta * beta * np.log(ref) - eta * P.T @ p
+        ph, qh = softmax(xh), softmax(yh)
+        x = (1 - eta * beta) * x + eta * beta * np.log(ref) + eta * P @ qh
+        y = (1 - eta * beta) * y + eta * beta * np.log(ref) - eta * P.T @ ph
+    return softmax(x)
+
+def test_vnw_fixed_point_exploitability_and_extragradient():
+    rng = np.random.default_rng(7)
+    for i, r in enumerate(profiles(5, m=5, seed=5)):
+        P, ref = preference_matrix(r), rng.dirichlet(2 * np.ones(5))
+        for beta in [0.02, 0.3, 3.0]:
+            pi = vnw_policy(P, beta, ref)
+            assert np.abs(np.log(pi) - np.log(ref) - P @ pi / beta - np.mean(np.log(pi) - np.log(ref) - P @ pi / beta)).max() < 1e-10
+            assert exploitability(P, pi, beta, ref) < 1e-9
+        if i < 2: assert np.abs(extragradient(P, 0.3, ref) - vnw_policy(P, 0.3, ref)).max() < 1e-6
+
+def test_vnw_limits():
+    for r in profiles(40, n_choices=(5, 7, 9), m=4, seed=11):
+        P = preference_matrix(r); B = borda_scores(P)
+        big = vnw_policy(P, 50.0)
+        assert np.abs(big - 0.25).max() < 0.01                                             # beta -> inf: pi_ref
+        if np.min(np.abs(B[:, None] - B[None, :])[~np.eye(4, dtype=bool)]) > 1e-9:
+            assert (np.argsort(vnw_policy(P, 10.0)) == np.argsort(B)).all()                # large beta: Borda order
+        assert np.abs(vnw_policy(P, 1e-3) - maximal_lottery(P)).sum() < 1e-2               # beta -> 0: maximal lottery
+
+def test_vnw_path_equals_single_solves():
+    Ps = np.stack([preference_matrix(r) for r in profiles(10, m=4)])
+    path = vnw_path(Ps, [0.5, 0.05, 0.0])
+    for b in [0.5, 0.05]: assert np.allclose(path[b], np.stack([vnw_policy(P, b) for P in Ps]), atol=1e-10)
+    assert np.allclose(path[0.0], maximal_lottery(Ps))
+
+# --- Borda and BT ------------------------------------------------------------------------------------------------
+def test_bt_orders_like_borda_on_tie_free_profiles():
+    n_done = 0
+    for r in profiles(1000, m=5, seed=2):
+        P = preference_matrix(r); B = borda_scores(P)
+        if np.min(np.abs(B[:, None] - B[None, :])[~np.eye(5, dtype=bool)]) < 1e-9: continue
+        assert (np.argsort(bt_reward(P)) == np.argsort(B)).all()
+        n_done += 1
+        if n_done == 200: break
+    assert n_done == 200
+
+def test_bt_first_order_condition():
+    for r in profiles(10, m=4):
+        P = preference_matrix(r); rhat = bt_reward(P, l2=1e-6)
+        s = expit(rhat[:, None] - rhat[None, :]); off = 1 - np.eye(4)
+        assert np.allclose((off * (P - s)).sum(1), 2e-6 * rhat, atol=1e-9)
+
+# --- exact axiom properties --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", RULE_KINDS)
+@pytest.mark.parametrize("beta", [0.0, 0.05, 1.0])
+def test_pareto_neutrality_reinforcement_hold_exactly(kind, beta):
+    rule, sample = Rule(kind, beta), profiles(40, m=4, seed=4, kind="mallows")
+    assert check_pareto(rule, sample) == []
+    assert check_neutrality(rule, sample, rng=0) == []
+    Ps = np.stack([preference_matrix(r) for r in sample]); pis = rule(Ps)
+    rng = np.random.default_rng(0)
+    P2 = np.stack([_same_outcome_P(P, pi, kind, rng) for P, pi in zip(Ps, pis)])
+    assert np.abs(rule(P2) - pis).max() < 1e-8 and np.abs(P2 - Ps).max() > 1e-4    # a genuinely different electorate
+    assert check_reinforcement(rule, Ps, P2, 0.3) == []
+
+# --- checker self-tests -------------------------------------------------------------------------------------------
+FROZEN_ML_NONMONOTONE = np.array([[1, 2, 0, 3], [0, 3, 1, 2], [2, 0, 1, 3], [3, 1, 2, 0], [2, 3, 0, 1]])
+
+def test_frozen_maximal_lottery_monotonicity_counterexample():
+    v = check_monotonicity(Rule("vnw", 0.0), [FROZEN_ML_NONMONOTONE])
+    assert any(x.witness == {"voter": 2, "raised": 3, "over": 1} and x.magnitude == pytest.approx(2 / 15) for x in v)
+
+def test_checkers_catch_bad_rules_and_pass_good_ones():
+    sample = profiles(80, m=4, seed=9)
+    def cw_rule(P, ref=None):
+        P = P[None] if P.ndim == 2 else P
+        return np.stack([np.eye(4)[condorcet_winner(p)] if condorcet_winner(p) is not None else np.full(4, .25) for p in P])
+    def loser(P, ref=None):
+        P = P[None] if P.ndim == 2 else P
+        B = -borda_scores(P); top = B >= B.max(1, keepdims=True) - 1e-12; return top / top.sum(1, keepdims=True)
+    assert check_condorcet(cw_rule, sample) == [] and len(check_condorcet(loser, sample)) > 0
+    assert len(check_monotonicity(loser, sample)) > 0 and len(check_pareto(loser, sample)) > 0
+    assert len(check_condorcet(Rule("rlhf_borda", 0.1), sample)) == len(check_condorcet(Rule("rlhf_borda", 0.0), sample))
+
+def test_clone_check_flags_borda():
+    sample = profiles(30, m=3, seed=12)
+    assert len(check_clones(Rule("rlhf_borda", 0.0), sample, a=0)) > 0
+
+# --- learning dynamics ------------------------------------------------------------------------------------------------
+def test_learning_dynamics_reach_closed_forms():
+    r = random_profile(9, 4, rng=11); P = preference_matrix(r)
+    for beta in [0.1, 1.0]:
+        assert np.abs(nash_md_tabular(P, beta, eta=0.5, steps=20_000) - vnw_policy(P, beta)).sum() < 1e-3
+    assert np.abs(rlhf_tabular(r, 1.0, n_comparisons=200_000) - rlhf_policy(P, 1.0, reward="bt")).sum() < 2e-2
+
+# --- bad input --------------------------------------------------------------------------------------------------------
+def test_errors_are_clear():
+    with pytest.raises(ValueError, match="not a permutation"): preference_matrix([[0, 0, 1], [0, 1, 2]])
+    with pytest.raises(ValueError, match="beta must be"): vnw_policy(np.full((3, 3), .5), -0.1)
+    with pytest.raises(ValueError, match="zero entry"): rlhf_policy(np.full((3, 3), .5), 0.1, ref=[.5, .5, 0])
+    with pytest.raises(ValueError, match="P \\+ P.T"): maximal_lottery(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="reward must be"): rlhf_policy(np.full((2, 2), .5), 1.0, reward="dpo")
+    with pytest.raises(ValueError, match="weights"): preference_matrix([[0, 1]], weights=[-1])
