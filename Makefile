@@ -73,7 +73,7 @@ lab: install
 # build tools and KaTeX for the docs, so that `make install OFFLINE=1` needs no network.
 wheelhouse: install
 	mkdir -p $(WHEELHOUSE)
-	$(PIP) freeze --local --all --exclude-editable | grep -v -i -E '^(torch|triton|nvidia-|cuda-)' > $(WHEELHOUSE)/requirements.txt
+	$(PIP) freeze --local --all --exclude-editable | grep -v -i -E '^(torch==|triton==|nvidia-|cuda-)' > $(WHEELHOUSE)/requirements.txt
 	$(PIP) download -q --no-deps $(DLFLAGS) -d $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
 	@if command -v npm >/dev/null; then (cd $(WHEELHOUSE) && npm pack katex@0.16.11 --silent >/dev/null); fi
 	@echo "wheelhouse: $$(ls $(WHEELHOUSE) | wc -l) files, $$(du -sh $(WHEELHOUSE) | cut -f1)"
