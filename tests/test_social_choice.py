@@ -167,3 +167,9 @@ def test_errors_are_clear():
     with pytest.raises(ValueError, match="P \\+ P.T"): maximal_lottery(np.ones((3, 3)))
     with pytest.raises(ValueError, match="reward must be"): rlhf_policy(np.full((2, 2), .5), 1.0, reward="dpo")
     with pytest.raises(ValueError, match="weights"): preference_matrix([[0, 1]], weights=[-1])
+
+def test_audit_is_the_same_with_worker_processes():
+    from maspob_etal.social_choice import axiom_audit
+    kw = dict(betas=[0.0, 0.1], n_profiles=15, m_values=[3, 4], n_values=[5], axioms=["A1", "A3"], seed=3)
+    a, b = axiom_audit(**kw), axiom_audit(**kw, n_jobs=2)
+    assert a.equals(b) and a.violations.sum() > 0
