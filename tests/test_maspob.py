@@ -1,0 +1,318 @@
+"Tests of maspob_etal.maspob (MASPOB): graph, surrogate, UCB, coordinate ascent, budget, benchmarks, bad input."
+import itertools, math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from scipy import stats
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import GATv2Conv
+
+from maspob_etal.maspob import (WORKFLOW_TOPOLOGIES, SMOL_TOPOLOGY, BASE_PROMPTS, MASPOB, History, LinearUCB, NeuralUCB,
+                                SmolMAS, SyntheticMAS, WorkflowGAT, WorkflowMLP, all_configs, batch_edge_index,
+                                build_edge_index, check_topology, coordinate_ascent, exhaustive_search, fit_surrogate,
+                                independent_ucb, llm_variants, make_two_hop_qa, placeholders, prompt_pools, random_search,
+                                run_method, select_best, style_variants, ucb_scores, make_ucb)
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    "Tiny networks and batches: one torch thread is fastest, and avoids oversubscribing a busy machine."
+    old = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+CHAIN = WORKFLOW_TOPOLOGIES["HotpotQA"]
+FAN_IN = WORKFLOW_TOPOLOGIES["MATH"]
+
+def rand_emb(C, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(c, d, generator=g) for c in C]
+
+def random_dag(n, seed):
+    rng = np.random.default_rng(seed)
+    return [dict(name=f"op{i}", dependencies=[f"op{j}" for j in range(i) if rng.random() < 0.5]) for i in range(n)]
+
+# ---------------------------------------------------------------- graph
+
+@pytest.mark.parametrize("name", list(WORKFLOW_TOPOLOGIES))
+def test_edge_index_counts_self_loops_and_dependencies(name):
+    topo = WORKFLOW_TOPOLOGIES[name]
+    N, D = len(topo), sum(len(o["dependencies"]) for o in topo)
+    idx = {o["name"]: i for i, o in enumerate(topo)}
+    for bidir, n_edges in [(False, N + D), (True, N + 2*D)]:
+        ei = build_edge_index(topo, bidirectional=bidir)
+        assert ei.shape == (2, n_edges) and ei.dtype == torch.long
+        edges = set(map(tuple, ei.T.tolist()))
+        assert all((i, i) in edges for i in range(N))
+        for o in topo:
+            for d in o["dependencies"]:
+                assert (idx[d], idx[o["name"]]) in edges
+                assert ((idx[o["name"]], idx[d]) in edges) == bidir
+
+@pytest.mark.parametrize("seed", range(4))
+def test_disjoint_union_matches_pyg_batch(seed):
+    topo = random_dag(5, seed)
+    ei = build_edge_index(topo)
+    xs = [torch.randn(5, 3) for _ in range(4)]
+    batch = Batch.from_data_list([Data(x=x, edge_index=ei) for x in xs])
+    assert torch.equal(batch_edge_index(ei, 5, 4), batch.edge_index)
+
+@pytest.mark.parametrize("seed", range(4))
+def test_our_gatv2_layer_equals_pyg_default_gatv2conv(seed):
+    "Our conv (self-loops in the edge list, add_self_loops=False) equals PyG's default GATv2Conv with the same weights."
+    torch.manual_seed(seed)
+    topo = random_dag(int(np.random.default_rng(seed).integers(2, 7)), seed)
+    N, B = len(topo), 6
+    gat = WorkflowGAT(12, topo, hidden=8, heads=4, dropout=0.0).eval()
+    ref = GATv2Conv(8, 8, heads=4, dropout=0.0).eval()          # PyG defaults: adds its own self-loops
+    ref.load_state_dict(gat.convs[0].state_dict())
+    h = torch.randn(B*N, 8)
+    ours = gat.convs[0](h, batch_edge_index(gat.edge_index, N, B))
+    no_loops = build_edge_index(topo)[:, build_edge_index(topo)[0] != build_edge_index(topo)[1]]
+    theirs = ref(h, batch_edge_index(no_loops, N, B))
+    assert torch.allclose(ours, theirs, atol=1e-5)
+
+def test_batched_forward_equals_one_graph_at_a_time():
+    torch.manual_seed(0)
+    gat = WorkflowGAT(16, FAN_IN, hidden=8, heads=2, layers=2).eval()
+    X = torch.randn(9, 5, 16)
+    assert torch.allclose(gat(X), torch.stack([gat(X[b]) [0] for b in range(9)]), atol=1e-6)
+
+def test_permutation_invariance():
+    torch.manual_seed(0)
+    perm = [3, 0, 4, 2, 1]                                    # new position k holds old operator perm[k]
+    topo_p = [FAN_IN[k] for k in perm]
+    a = WorkflowGAT(16, FAN_IN, hidden=8, heads=2).eval()
+    b = WorkflowGAT(16, topo_p, hidden=8, heads=2).eval()
+    b.load_state_dict(a.state_dict())                         # same weights; the graph comes from each topology
+    X = torch.randn(6, 5, 16)
+    assert torch.allclose(a(X), b(X[:, perm]), atol=1e-6)
+
+# ---------------------------------------------------------------- surrogate
+
+def test_surrogate_fits_ten_points_and_is_deterministic():
+    g = torch.Generator().manual_seed(0)
+    X, y = torch.randn(10, 3, 16, generator=g), torch.rand(10, generator=g)
+    a, b = WorkflowGAT(16, CHAIN, hidden=8, heads=2), WorkflowGAT(16, CHAIN, hidden=8, heads=2)
+    fa, fb = fit_surrogate(a, X, y, max_epochs=800, seed=3), fit_surrogate(b, X, y, max_epochs=800, seed=3)
+    assert fa["loss"] < 1e-3 and fa["epochs"] <= 800
+    assert fa == fb and all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))   # bitwise on CPU
+    with torch.no_grad(): assert torch.nn.functional.mse_loss(a(X), y).item() < 1e-2
+    before = [p.detach().clone() for p in a.parameters()]
+    torch.manual_seed(1); a.reset_parameters()
+    assert any(not torch.equal(p, q) for p, q in zip(before, a.parameters()))
+
+def test_fit_leaves_global_rng_alone():
+    torch.manual_seed(5)
+    m, X, y = WorkflowMLP(8, 3, hidden=4, heads=2), torch.randn(4, 3, 8), torch.rand(4)
+    state = torch.get_rng_state()
+    fit_surrogate(m, X, y, max_epochs=5)
+    assert torch.equal(torch.get_rng_state(), state)
+
+@given(st.floats(-5, 5), st.floats(-3, 3), st.floats(0.01, 4))
+@settings(max_examples=50, deadline=None)
+def test_score_scaling_round_trip(s, lo, width):
+    m = WorkflowGAT(8, CHAIN, hidden=4, heads=1, score_range=(lo, lo + width))
+    assert math.isclose(m.unscale_score(m.scale_score(s)), s, rel_tol=1e-9, abs_tol=1e-9)
+
+# ---------------------------------------------------------------- UCB
+
+def test_linear_ucb_known_value():
+    for lam, coef in [(1.0, 10.0), (0.5, 2.0)]:
+        u, x = LinearUCB(6, lam, coef), torch.zeros(6)
+        x[2] = 1
+        for k in range(5):
+            assert math.isclose(u.sigma(x).item(), 1/math.sqrt(lam + coef*k), rel_tol=1e-12)
+            u.update(x)
+
+def test_sherman_morrison_matches_inverse_and_sigma_never_increases():
+    rng = np.random.default_rng(0)
+    u = LinearUCB(12, lam=1.0, coef=10.0)
+    probe = torch.from_numpy(rng.standard_normal((20, 12)))
+    last = u.sigma(probe)
+    for _ in range(50):
+        u.update(torch.from_numpy(rng.standard_normal(12)))
+        s = u.sigma(probe)
+        assert (s <= last + 1e-12).all()
+        last = s
+    assert np.allclose(u.A_inv.numpy(), np.linalg.inv(u.A.numpy()), atol=1e-8)
+
+def test_neural_ucb_shrinks_where_evaluated():
+    torch.manual_seed(0)
+    m = WorkflowGAT(8, CHAIN, hidden=4, heads=2)
+    nu = NeuralUCB(m)
+    X = torch.randn(4, 3, 8)
+    s0 = nu.sigma(X); nu.update(X[1]); s1 = nu.sigma(X)
+    assert (s1 <= s0 + 1e-12).all() and s1[1] < s0[1]
+
+# ---------------------------------------------------------------- search
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.integers(0, 10_000))
+@settings(max_examples=40, deadline=None)
+def test_coordinate_ascent_is_exact_on_an_additive_surrogate(C, seed):
+    rng = np.random.default_rng(seed)
+    g = [torch.from_numpy(rng.standard_normal(c)) for c in C]
+    f = lambda cfg: sum(g[i][cfg[:, i]] for i in range(len(C)))
+    start = [int(rng.integers(c)) for c in C]
+    assert coordinate_ascent(f, C, start) == exhaustive_search(f, C, chunk=5)
+
+def test_ucb_of_current_never_decreases_in_a_sweep():
+    torch.manual_seed(0)
+    emb = rand_emb([5, 4, 6, 3, 5], d=8)
+    model = WorkflowGAT(8, FAN_IN, hidden=8, heads=2).eval()
+    ucb = LinearUCB(5*8)
+    for c in [[0, 1, 2, 0, 4], [1, 1, 1, 1, 1]]:
+        ucb.update(torch.stack([emb[i][c[i]] for i in range(5)]))
+    from maspob_etal.maspob import config_features
+    f = lambda cfgs: ucb_scores(model, ucb, config_features(emb, cfgs), 0.2)[2]
+    cur = [4, 3, 5, 2, 0]
+    trace = [float(f(torch.tensor([cur]))[0])]
+    coordinate_ascent(f, [5, 4, 6, 3, 5], cur, trace=trace)
+    assert all(b >= a - 1e-12 for a, b in zip(trace, trace[1:]))
+
+def test_all_configs_enumerates_the_product_space():
+    assert all_configs([2, 3, 2]).tolist() == [list(c) for c in itertools.product(range(2), range(3), range(2))]
+
+# ---------------------------------------------------------------- budget and selection
+
+class Counter:
+    def __init__(self, f): self.f, self.n = f, 0
+    def __call__(self, c): self.n += 1; return self.f(c)
+
+SMALL = dict(epochs=20, patience=5, hidden=4, heads=2)
+
+@pytest.mark.parametrize("method,extra", [("maspob", {}), ("greedy", {}), ("mlp", {}), ("exhaustive", {}),
+                                          ("maspob", dict(ucb="neural")), ("random", {}), ("independent_ucb", {})])
+def test_objective_is_called_exactly_budget_times(method, extra):
+    emb = rand_emb([3, 4, 2])
+    f = Counter(lambda c: 0.1*c[0] + 0.05*c[1] - 0.02*c[2])
+    kw = {} if method in ("random", "independent_ucb") else dict(SMALL, **extra, n_pretrain=3)
+    h = run_method(method, f, emb, CHAIN, 7, seed=1, **kw)
+    assert f.n == 7 and len(h) == 7 and len(h.configs) == len(h.scores) == len(h.time)
+    if method not in ("random", "independent_ucb"):
+        assert h.phase == ["pretrain"]*3 + ["round"]*4 and len(h.fits) == 4     # no retrain after the last evaluation
+        assert all(math.isnan(m) for m in h.mu[:3]) and all(math.isfinite(m) for m in h.mu[3:])
+
+def test_pretrain_draws_are_the_uniform_random_search_draws():
+    emb, f = rand_emb([3, 4, 2]), (lambda c: 0.5)
+    for s in range(3):
+        h = MASPOB(emb, CHAIN, n_pretrain=4, seed=s, **SMALL).run(f, 4)
+        assert h.configs == random_search(f, [3, 4, 2], 4, seed=s).configs
+    counts = np.zeros(3*4*2)
+    for s in range(400):
+        for c in random_search(f, [3, 4, 2], 5, seed=s).configs: counts[np.ravel_multi_index(c, (3, 4, 2))] += 1
+    assert stats.chisquare(counts).pvalue > 1e-3
+
+def test_selection_keeps_max_per_config_and_first_on_ties():
+    assert select_best([(0, 0), (1, 1), (0, 0), (2, 2)], [0.2, 0.6, 0.6, 0.6]) == ((0, 0), 0.6)
+    h = History()
+    for c, y in [((1,), 0.3), ((2,), 0.9), ((3,), 0.9)]: h.add(c, y)
+    assert h.best() == ((2,), 0.9) and h.selections() == [(1,), (2,), (2,)]
+
+def test_maspob_finds_the_optimum_of_an_easy_problem():
+    emb = rand_emb([4, 4, 4], d=6, seed=3)
+    target = (2, 0, 3)
+    f = lambda c: 1.0 - 0.25*sum(a != b for a, b in zip(c, target))
+    h = MASPOB(emb, CHAIN, seed=0, epochs=100, patience=20, hidden=8, heads=2).run(f, 12)
+    assert h.best()[1] >= 0.75
+
+# ---------------------------------------------------------------- synthetic benchmark
+
+def test_synthetic_mas_optimum_and_noise():
+    emb = rand_emb([2, 3], d=6)
+    topo = [dict(name="A", dependencies=[]), dict(name="B", dependencies=["A"])]
+    b = SyntheticMAS(emb, topo, gamma=1.0, seed=0)
+    assert ((0 < b.p) & (b.p < 1)).all()
+    brute = max(itertools.product(range(2), range(3)), key=b.true_p)
+    assert b.optimum() == (brute, b.true_p(brute))
+    c = (1, 1); p = b.true_p(c)
+    draws = np.array([b(c) for _ in range(2000)])
+    assert abs(draws.mean() - p) < 3*math.sqrt(p*(1 - p)/(100*2000))
+    b.reset_noise(4); a1 = [b(c) for _ in range(5)]
+    b.reset_noise(4); assert a1 == [b(c) for _ in range(5)]
+
+def test_synthetic_mas_without_coupling_is_solved_by_coordinate_ascent():
+    emb = rand_emb([4, 5, 3, 4, 3], d=8, seed=2)
+    b = SyntheticMAS(emb, FAN_IN, gamma=0.0, seed=1)
+    f = lambda cfgs: torch.tensor([b.true_p(c) for c in cfgs.tolist()])
+    cur = [0]*5
+    for _ in range(2): cur = coordinate_ascent(f, b.C, cur)
+    assert tuple(cur) == b.optimum()[0]
+
+def test_synthetic_mas_coupling_changes_the_landscape():
+    emb = rand_emb([4, 4, 4], d=8, seed=5)
+    p0, p1 = SyntheticMAS(emb, CHAIN, gamma=0.0, seed=0).p, SyntheticMAS(emb, CHAIN, gamma=1.0, seed=0).p
+    assert not np.allclose(p0, p1)
+    logit = np.log(p0/(1 - p0))                                   # gamma = 0: additive logit
+    add = logit.mean((1, 2), keepdims=True) + logit.mean((0, 2), keepdims=True) + logit.mean((0, 1), keepdims=True)
+    assert np.allclose(logit - add, (logit - add).mean(), atol=1e-9)
+
+# ---------------------------------------------------------------- prompt pools
+
+def test_style_variants_keep_placeholders_and_are_deterministic():
+    for name, base in BASE_PROMPTS.items():
+        pool = style_variants(base, 20, seed=1)
+        assert pool[0] == base and len(set(pool)) == 20
+        assert all(placeholders(p) == placeholders(base) for p in pool)
+    assert prompt_pools(FAN_IN, 6, seed=2) == prompt_pools(FAN_IN, 6, seed=2)
+
+# ---------------------------------------------------------------- bad input
+
+def test_bad_input_raises_clear_errors():
+    emb = rand_emb([3, 4, 2])
+    with pytest.raises(ValueError, match="cycle"):
+        check_topology([dict(name="a", dependencies=["c"]), dict(name="b", dependencies=["a"]), dict(name="c", dependencies=["b"])])
+    with pytest.raises(ValueError, match="unknown operator 'X'"):
+        MASPOB(emb, [dict(name="a", dependencies=[]), dict(name="b", dependencies=["X"]), dict(name="c", dependencies=[])])
+    with pytest.raises(ValueError, match="pool is empty"):
+        MASPOB([torch.zeros(0, 8), emb[1], emb[2]], CHAIN)
+    with pytest.raises(ValueError, match="n >= 1"):
+        style_variants("hi {x}", 0)
+    with pytest.raises(ValueError, match="budget must be an integer >= n_pretrain=5"):
+        MASPOB(emb, CHAIN, **SMALL).run(lambda c: 0.0, 4)
+    with pytest.raises(ValueError, match="operators but the topology has 5"):
+        MASPOB(emb, FAN_IN)
+    with pytest.raises(ValueError, match="ucb must be one of"):
+        MASPOB(emb, CHAIN, ucb="thompson")
+    with pytest.raises(ValueError, match="finite number"):
+        MASPOB(emb, CHAIN, n_pretrain=2, **SMALL).run(lambda c: float("nan"), 3)
+    with pytest.raises(ValueError, match="expected configurations of shape"):
+        WorkflowGAT(8, CHAIN)(torch.randn(2, 4, 8))
+    with pytest.raises(ValueError, match="dim=24"):
+        LinearUCB(24).sigma(torch.randn(2, 3, 7))
+    with pytest.raises(ValueError, match="s_min < s_max"):
+        WorkflowGAT(8, CHAIN, score_range=(1.0, 0.5))
+    with pytest.raises(ValueError, match="exceed max_configs"):
+        SyntheticMAS(rand_emb([10, 10, 10]), CHAIN, max_configs=999)
+    with pytest.raises(ValueError, match="method must be one of"):
+        run_method("bayesopt", lambda c: 0.0, emb, CHAIN, 5)
+
+# ---------------------------------------------------------------- the real LLM pipeline, on a couple of items
+
+@pytest.fixture(scope="module")
+def smollm():
+    from maspob_etal.models import load_causal_lm
+    return load_causal_lm(None)
+
+def test_smolmas_runs_a_real_pipeline_and_caches(smollm):
+    model, tok = smollm
+    pools = prompt_pools(SMOL_TOPOLOGY, 2, seed=0)
+    smol = SmolMAS(model, tok, pools, make_two_hop_qa(2, seed=1), make_two_hop_qa(2, seed=2), max_new_tokens=(24, 16, 6))
+    y = smol((0, 1, 0))
+    assert 0.0 <= y <= 1.0 and y in (0.0, 0.5, 1.0)
+    n = smol.n_generated
+    assert n == 3*2                                             # three agents, two items
+    assert smol((0, 1, 0)) == y and smol.n_generated == n       # cached: no new generation
+    smol((0, 1, 1))
+    assert smol.n_generated == n + 2                            # shares Extractor and Answerer outputs: one new stage
+    assert smol.n_calls == 3 and len(smol.answers((0, 1, 1))) == 2
+    with pytest.raises(ValueError, match="exactly the placeholders"):
+        SmolMAS(model, tok, [["no placeholders"], pools[1], pools[2]], [], [])
+
+def test_llm_variants_keep_placeholders(smollm):
+    model, tok = smollm
+    base = BASE_PROMPTS["Answerer"]
+    pool = llm_variants(base, 3, model, tok, seed=0, max_new_tokens=40)   # LLM rewrites, topped up with style variants
+    assert pool[0] == base and len(pool) == 3 and len(set(pool)) == 3
+    assert all(placeholders(p) == placeholders(base) for p in pool)
