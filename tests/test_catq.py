@@ -1,0 +1,329 @@
+"Tests of maspob_etal.catq (CAT-Q ternary post-training quantization): known values, limits, exactness, end to end."
+import copy, math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+from maspob_etal.catq import (CatQLinear, TernaryLinear, calibrate, check_group_size, corpus, decoder_layers, dequantize,
+                              export_model, group_stats, hard_ternary, memory_report, modulate, modulation, pack_ternary,
+                              perplexity, pydoc_text, read_text, rtn_codes, rtn_quantize_, rtn_ternary, sharpness,
+                              soft_ternary, ste_ternary, token_windows, unpack_ternary, window_starts, wrap_linears)
+
+
+def tiny_llama(n_layers=2, seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=n_layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    return LlamaForCausalLM(cfg).eval()
+
+def tiny_ids(n=8, T=16, seed=0):
+    return torch.randint(0, 64, (n, T), generator=torch.Generator().manual_seed(seed))
+
+def threshold_rule(x, delta):
+    "Eq. 2 written as the three cases."
+    return torch.where(x > delta, 1., torch.where(x < -delta, -1., 0.)).to(x.dtype)
+
+def random_catq(lora_rank=0, seed=0, in_f=32, out_f=6, g=8):
+    gen = torch.Generator().manual_seed(seed)
+    lin = nn.Linear(in_f, out_f)
+    lin.weight.data = torch.randn(out_f, in_f, generator=gen)
+    q = CatQLinear(lin, group_size=g, lora_rank=lora_rank, generator=gen)
+    with torch.no_grad():
+        for p in (q.a, q.m, q.d): p.copy_(torch.randn(p.shape, generator=gen))
+        if lora_rank: q.lora_B.copy_(torch.randn(q.lora_B.shape, generator=gen))
+    return q, lin, gen
+
+
+# --- per-group statistics and the hard ternarizer ---------------------------------------------------------------
+
+def test_known_value_group():
+    w = torch.tensor([[-3., -1., 0., 1., 3.]])
+    mu0, alpha0 = group_stats(w, 5)
+    assert mu0.item() == 0 and abs(alpha0.item() - 1.6) < 1e-5
+    w_hat = (w - mu0) / alpha0
+    torch.testing.assert_close(w_hat, torch.tensor([[-1.875, -0.625, 0., 0.625, 1.875]]))
+    T = hard_ternary(w_hat, 0.5)
+    assert T.tolist() == [[-1., -1., 0., 1., 1.]]
+    torch.testing.assert_close(alpha0*T, torch.tensor([[-1.6, -1.6, 0., 1.6, 1.6]]))
+
+@pytest.mark.parametrize("delta", [0.25, 0.5, 1.0])
+def test_tie_rule_and_official_formula(delta):
+    x = torch.arange(-256, 257, dtype=torch.float32) / 64          # dyadic grid: exact arithmetic, contains +-delta
+    official = torch.clamp(torch.round(x*0.5/delta), -1, 1)
+    assert torch.equal(hard_ternary(x, delta), official)
+    assert torch.equal(hard_ternary(x, delta), threshold_rule(x, delta))
+    assert hard_ternary(torch.tensor([delta, -delta]), delta).abs().sum() == 0        # ties map to 0
+    r = torch.randn(10_000, generator=torch.Generator().manual_seed(1))*2
+    assert torch.equal(hard_ternary(r, delta), torch.clamp(torch.round(r*0.5/delta), -1, 1))
+
+def test_group_size_must_divide_width():
+    for f in (lambda: group_stats(torch.randn(4, 576), 128), lambda: rtn_ternary(torch.randn(4, 576), 128),
+              lambda: CatQLinear(nn.Linear(576, 8), group_size=128)):
+        with pytest.raises(ValueError, match=r"group_size=128 does not divide in_features=576.*e\.g\."):
+            f()
+    assert check_group_size(576, 64) == 9
+    with pytest.raises(ValueError, match="positive integer"): check_group_size(64, 0)
+
+
+# --- learnable modulation and softened ternarization -------------------------------------------------------------
+
+def test_identity_at_initialization():
+    z = torch.zeros(3, 2)
+    d_alpha, d_mu, d_delta = modulation(z, z, z)
+    assert torch.equal(d_alpha, torch.ones(3, 2)) and torch.equal(d_mu, z) and torch.equal(d_delta, torch.ones(3, 2))
+    lin = nn.Linear(16, 3)
+    q = CatQLinear(lin, group_size=8)
+    w_hat, mu, alpha, delta = q.quant_params(q.weight)
+    mu0, alpha0 = group_stats(lin.weight, 8)
+    assert torch.equal(mu, mu0) and torch.equal(alpha, alpha0) and torch.equal(delta, torch.full((3, 2), 0.5))
+    mu2, alpha2, delta2 = modulate(mu0, alpha0, z, z, z, delta0=0.5)
+    assert torch.equal(mu2, mu0) and torch.equal(alpha2, alpha0)
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_st_limits(dtype):
+    x = torch.linspace(-3, 3, 20001, dtype=dtype)
+    assert (soft_ternary(x, 1e-4, 0.5) - x).abs().max() <= 1e-4
+    far = (x.abs() - 0.5).abs() > 1e-3
+    if dtype == torch.float32: assert torch.equal(soft_ternary(x, 1e4, 0.5)[far], hard_ternary(x, 0.5)[far])
+    else: torch.testing.assert_close(soft_ternary(x, 1e4, 0.5)[far], hard_ternary(x, 0.5)[far], atol=1e-8, rtol=0)
+    assert torch.equal(soft_ternary(x, 0.0, 0.5), x)
+
+@settings(max_examples=40, deadline=None)
+@given(s=st.floats(1e-3, 200.), delta=st.floats(0.05, 2.))
+def test_st_odd_monotone_bounded(s, delta):
+    x = torch.linspace(-5, 5, 2001, dtype=torch.float64)
+    f = soft_ternary(x, s, delta)
+    torch.testing.assert_close(soft_ternary(-x, s, delta), -f, atol=1e-12, rtol=0)
+    assert (f.diff() >= -1e-15).all()
+    assert f.abs().max() <= 1/math.tanh(s) + 1e-12
+
+def test_schedule_and_hard_phase_ste():
+    for t in (0.05, 0.4, 0.8):
+        assert sharpness(t, 0.8, 30.0) == pytest.approx(t/0.8*30.0)
+    for t in (0.8001, 0.9, 1.0): assert sharpness(t) is None
+    with pytest.raises(ValueError, match=r"progress t must be in \[0, 1\]"): sharpness(-0.1)
+    with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"): sharpness(0.5, gamma=0.0)
+    q, lin, gen = random_catq()
+    q.set_progress(0.9)                                    # hard phase
+    w_hat, _, alpha, delta = q.quant_params(q.weight)
+    expect = (alpha[..., None]*hard_ternary(w_hat, delta[..., None])).reshape(q.weight.shape)
+    assert torch.equal(q.quant_weight(), expect)           # forward is exactly alpha * Q
+    q(torch.randn(5, 32, generator=gen)).pow(2).sum().backward()
+    for p in (q.a, q.m, q.d): assert p.grad is not None and p.grad.abs().sum() > 0
+    u = torch.randn(50, requires_grad=True)
+    ste_ternary(u, 0.5).sum().backward()
+    assert torch.equal(u.grad, torch.ones(50))
+
+def test_soft_phase_follows_schedule():
+    q, lin, gen = random_catq()
+    q.set_progress(0.4)
+    w_hat, _, alpha, delta = q.quant_params(q.weight)
+    expect = (alpha[..., None]*soft_ternary(w_hat, 15.0, delta[..., None])).reshape(q.weight.shape)
+    torch.testing.assert_close(q.quant_weight(), expect)
+    q.use_st = False                                       # the ablation: hard from step 0
+    assert torch.equal(q.quant_weight(), (alpha[..., None]*hard_ternary(w_hat, delta[..., None])).reshape(q.weight.shape))
+
+
+# --- export, LoRA merge, RTN -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lora_rank", [0, 3])
+def test_export_is_exact(lora_rank):
+    q, lin, gen = random_catq(lora_rank=lora_rank)
+    q.set_progress(1.0)
+    codes, scales = q.export()
+    assert codes.dtype == torch.int8 and set(codes.unique().tolist()) <= {-1, 0, 1}
+    deq = dequantize(codes, scales, 8)
+    assert torch.equal(deq, q.quant_weight())              # bitwise in fp32
+    for row, a in zip(deq.reshape(6, 4, 8), scales):       # each group holds at most {-alpha, 0, +alpha}
+        for grp, ag in zip(row, a):
+            assert set(grp.unique().tolist()) <= {-ag.item(), 0.0, ag.item()}
+    x = torch.randn(4, 32, generator=gen)
+    tl = TernaryLinear(codes, scales, lin.bias, 8)
+    assert torch.equal(tl(x), q(x))
+
+def test_lora_merge_equivalence():
+    q, lin, gen = random_catq(lora_rank=4)
+    q.set_progress(1.0)
+    x = torch.randn(4, 32, generator=gen)
+    before_w, before_y = q.quant_weight(), q(x)
+    W_merged = lin.weight + q.scaling*(q.lora_B @ q.lora_A)
+    q0 = CatQLinear(nn.Linear(32, 6), group_size=8)        # quantizing the merged weight directly...
+    q0.weight.data, q0.bias.data = W_merged.detach().clone(), lin.bias.detach().clone()
+    for p, p0 in ((q.a, q0.a), (q.m, q0.m), (q.d, q0.d)): p0.data = p.detach().clone()
+    assert torch.equal(q0.quant_weight(), before_w)        # ...equals the calibration-time forward
+    q.merge_lora()
+    assert q.lora_rank == 0 and not hasattr(q, "lora_A")
+    torch.testing.assert_close(q(x), before_y)
+    # B = 0 at init: the first forward equals the no-LoRA path
+    lin2 = nn.Linear(32, 6)
+    a, b = CatQLinear(lin2, group_size=8, lora_rank=4, generator=gen), CatQLinear(lin2, group_size=8)
+    for t in (0.1, 1.0):
+        a.set_progress(t); b.set_progress(t)
+        assert torch.equal(a(x), b(x))
+
+def test_rtn_matches_bitnet_formula():
+    W = torch.tensor([[0.2, -0.1, 0.05, -0.45, 1.0, 1.0, -1.0, 0.0]])
+    torch.testing.assert_close(rtn_ternary(W, 4), torch.tensor([[0.2, 0., 0., -0.2, 0.75, 0.75, -0.75, 0.]]))
+    def bitnet_weight_quant(w):                            # BitNet b1.58 reference (per tensor), applied per group
+        scale = 1.0 / w.abs().mean().clamp_(min=1e-5)
+        return (w*scale).round().clamp_(-1, 1) / scale
+    R = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+    ref = torch.cat([bitnet_weight_quant(R[i, j*16:(j+1)*16]) for i in range(8) for j in range(4)]).reshape(8, 64)
+    torch.testing.assert_close(rtn_ternary(R, 16), ref)
+    codes, alpha = rtn_codes(R, 16)
+    assert codes.dtype == torch.int8 and alpha.shape == (8, 4)
+
+@settings(max_examples=30, deadline=None)
+@given(out=st.integers(1, 5), n=st.integers(1, 19), seed=st.integers(0, 1000))
+def test_pack_roundtrip(out, n, seed):
+    codes = torch.randint(-1, 2, (out, n), generator=torch.Generator().manual_seed(seed)).to(torch.int8)
+    packed = pack_ternary(codes)
+    assert packed.dtype == torch.uint8 and packed.shape == (out, math.ceil(n/4))
+    assert torch.equal(unpack_ternary(packed, n), codes)
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match=r"\{-1, 0, 1\}"): pack_ternary(torch.tensor([[2, 0]], dtype=torch.int8))
+    with pytest.raises(TypeError, match="wraps an nn.Linear"): CatQLinear(nn.Conv1d(2, 2, 1))
+    with pytest.raises(ValueError, match="factor_act"): CatQLinear(nn.Linear(8, 2), group_size=8, factor_act="exp")
+    with pytest.raises(ValueError, match="sharpness s must be"): soft_ternary(torch.zeros(2), -1.0, 0.5)
+    with pytest.raises(ValueError, match="scales must have shape"): TernaryLinear(torch.zeros(2, 8, dtype=torch.int8), torch.ones(2, 3), group_size=4)
+    with pytest.raises(FileNotFoundError, match="does not exist"): read_text("/no/such/corpus.txt")
+    with pytest.raises(ValueError, match="split must be"): pydoc_text("train")
+    with pytest.raises(ValueError, match="no TernaryLinear"): memory_report(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="could not find the decoder layers"): decoder_layers(nn.Linear(2, 2))
+    q = CatQLinear(nn.Linear(8, 2), group_size=8); q.mode = "int4"
+    with pytest.raises(ValueError, match="mode must be"): q(torch.zeros(1, 8))
+    model, ids = tiny_llama(), tiny_ids()
+    for calib_ids, kw, msg in [(ids.float(), {}, "2-D long tensor"), (ids[0], {}, "2-D long tensor"),
+                               (ids, dict(layers=[0, 5]), "consecutive indices"), (ids, dict(layers=[]), "consecutive indices"),
+                               (ids, dict(window=2, stride=3), r"stride \(3\) must be <= window"),
+                               (ids, dict(loss="l1"), "loss must be"), (ids, dict(epochs=0), "epochs must be an integer"),
+                               (ids, dict(lr_factor=-1.0), "learning rates must be"), (ids, dict(group_size=12), "does not divide"),
+                               (ids, dict(eval_batch_size=0), "eval_batch_size must be an integer")]:
+        kw = dict(dict(group_size=16, show_progress=False), **kw)
+        with pytest.raises(ValueError, match=msg):
+            calibrate(copy.deepcopy(model), calib_ids, **kw)
+
+
+# --- windows, data, metrics --------------------------------------------------------------------------------------
+
+def test_window_starts_cover_every_layer_twice_with_paper_windows():
+    starts = window_starts(0, 30, 4, 2)
+    count = [sum(s <= l < s + 4 for s in starts) for l in range(30)]
+    assert starts[-1] + 4 == 30 and count[:2] == [1, 1] and all(c == 2 for c in count[2:-2]) and min(count) >= 1
+
+def test_pydoc_split_is_disjoint_and_windows():
+    import pydoc_data.topics as T
+    cal, ev = pydoc_text("calib"), pydoc_text("eval")
+    for i, k in enumerate(sorted(T.topics)):
+        assert (T.topics[k] in cal) == (i % 10 < 7) and (T.topics[k] in ev) == (i % 10 >= 7)
+    class CharTok:
+        def __call__(self, text, add_special_tokens=False): return {"input_ids": [ord(c) % 251 for c in text]}
+    ids = token_windows(CharTok(), "".join(chr(65 + i % 26) for i in range(1000)), 10, 7)
+    starts = sorted((r[0].item() - 65) for r in ids)
+    assert ids.shape == (7, 10) and ids.dtype == torch.long
+    a = token_windows(CharTok(), ev, 32, 5, seed=4)
+    assert torch.equal(a, token_windows(CharTok(), ev, 32, 5, seed=4)) and not torch.equal(a, token_windows(CharTok(), ev, 32, 5, seed=5))
+    assert corpus(CharTok(), "eval", 16, 3).shape == (3, 16)
+    with pytest.raises(ValueError, match="too few"): token_windows(CharTok(), "abc", 2, 5)
+
+def test_memory_report_counts():
+    m = nn.Sequential(nn.Linear(64, 8), nn.Linear(64, 4))
+    rtn_quantize_(m, 32)
+    r = memory_report(m)
+    n, groups = 64*12, 12*2
+    assert r["weights"] == n and r["fp16_bytes"] == 2*n
+    assert r["packed_bytes"] == n//4 + 2*groups
+    assert r["ideal_bytes"] == pytest.approx(n*math.log2(3)/8 + 2*groups)
+    assert r["packed_bits_per_weight"] == pytest.approx(2 + 16/32)
+
+
+# --- end to end ------------------------------------------------------------------------------------------------
+
+def test_end_to_end_tiny_llama():
+    model, ids = tiny_llama(), tiny_ids()
+    ref = model(ids).logits
+    log = calibrate(model, ids, window=2, stride=2, epochs=8, batch_size=4, group_size=16, lr_factor=3e-2, show_progress=False)
+    (w,) = log["windows"]
+    assert w["loss_final"] < w["loss_init"] and w["loss_final"] < w["loss_rtn"], w
+    assert len(w["trace"]) == 8 and log["config"]["steps_per_window"] == 16
+    assert sum(isinstance(m, CatQLinear) for m in model.modules()) == 14
+    y_cal = model(ids).logits
+    assert export_model(model) == 14 and not any(isinstance(m, (CatQLinear, nn.Linear)) and m is not model.lm_head
+                                                 for m in decoder_layers(model).modules())
+    y = model(ids).logits
+    assert torch.isfinite(y).all() and y.shape == ref.shape
+    torch.testing.assert_close(y, y_cal)                   # the exported model computes what the calibrated one did
+    assert math.isfinite(perplexity(model, ids, batch_size=3))
+
+def test_calibration_is_deterministic_and_ste_variant_runs():
+    logs = []
+    for use_st in (True, True, False):
+        model = tiny_llama(seed=1)
+        logs.append(calibrate(model, tiny_ids(seed=2), window=2, stride=2, epochs=6, batch_size=4, group_size=16,
+                              lr_factor=3e-2, use_st=use_st, seed=7, show_progress=False))
+    assert logs[0]["windows"] == logs[1]["windows"]        # same seed, same numbers
+    w = logs[0]["windows"][0]
+    assert w["loss_final"] < w["loss_init"]
+    hard = logs[2]["windows"][0]                           # hard Q + STE from step 0: runs, finite, same budget
+    assert len(hard["trace"]) == 6 and all(math.isfinite(x) for x in hard["trace"]) and logs[2]["config"]["use_st"] is False
+
+def test_sliding_windows_with_overlap_and_lora():
+    model, ids = tiny_llama(n_layers=4), tiny_ids()
+    log = calibrate(model, ids, layers=range(1, 4), window=2, stride=1, epochs=3, batch_size=8, group_size=16,
+                    lora_rank=2, lr_factor=3e-2, lr_lora=1e-2, show_progress=False)
+    assert [(w["start"], w["stop"]) for w in log["windows"]] == [(1, 3), (2, 4)]
+    blocks = decoder_layers(model)
+    assert not any(isinstance(m, CatQLinear) for m in blocks[0].modules())          # layer 0 untouched
+    qs = [m for m in model.modules() if isinstance(m, CatQLinear)]
+    assert len(qs) == 21 and all(q.lora_rank == 2 and q.t == 1.0 and q.mode == "catq" for q in qs)
+    assert any(q.lora_B.abs().sum() > 0 for q in qs)                                 # LoRA was trained
+    assert not any(p.requires_grad for q in qs for p in (q.a, q.m, q.d, q.lora_A, q.lora_B))  # nothing left trainable
+    y_cal = model(ids).logits
+    assert export_model(model) == 21
+    torch.testing.assert_close(model(ids).logits, y_cal)                             # LoRA merged before ternarizing
+
+def test_no_lm_trains_nothing():
+    model, ids = tiny_llama(), tiny_ids()
+    log = calibrate(model, ids, window=2, stride=2, epochs=3, batch_size=4, group_size=16, lora_rank=4, use_lm=False, show_progress=False)
+    w = log["windows"][0]
+    assert w["trace"] == [] and w["loss_final"] == w["loss_init"] and log["config"]["lora_rank"] == 0
+    assert all(q.a.abs().sum() == 0 for q in model.modules() if isinstance(q, CatQLinear))
+
+class _ToyBlock(nn.Module):
+    def __init__(self, d): super().__init__(); self.up, self.down = nn.Linear(d, 2*d), nn.Linear(2*d, d)
+    def forward(self, h): return h + self.down(F.gelu(self.up(h)))
+
+class _ToyLM(nn.Module):
+    "A model that is not a transformers model: embedding, residual MLP blocks, head."
+    def __init__(self, d=32, V=50, n=3):
+        super().__init__()
+        self.emb, self.blocks, self.head = nn.Embedding(V, d), nn.ModuleList(_ToyBlock(d) for _ in range(n)), nn.Linear(d, V)
+    def forward(self, ids):
+        h = self.emb(ids)
+        for b in self.blocks: h = b(h)
+        return self.head(h)
+
+def test_any_model_built_from_linears():
+    torch.manual_seed(0)
+    model = _ToyLM()
+    ids = torch.randint(0, 50, (6, 10), generator=torch.Generator().manual_seed(0))
+    log = calibrate(model, ids, blocks=model.blocks, window=2, stride=1, epochs=10, batch_size=3, group_size=16,
+                    lr_factor=3e-2, show_progress=False)
+    assert all(w["loss_final"] < w["loss_init"] for w in log["windows"])
+    assert export_model(model) == 6 and torch.isfinite(model(ids)).all()
+    assert len(wrap_linears(nn.Sequential(nn.Linear(16, 4)), group_size=16)) == 1
+
+@pytest.mark.parametrize("bs", [1, 2, 16])
+def test_capture_inputs_any_batch_size(bs):
+    from maspob_etal.catq import capture_inputs
+    model, ids = tiny_llama(n_layers=3), tiny_ids(n=5)
+    X, kw = capture_inputs(model, decoder_layers(model)[1], ids, bs)
+    ref = model(ids, output_hidden_states=True).hidden_states[1]          # the input of layer 1
+    assert X.shape == ref.shape
+    torch.testing.assert_close(X, ref)
+    assert "cache" not in kw and "past_key_values" not in kw
