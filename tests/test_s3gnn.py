@@ -1,0 +1,364 @@
+"Property and known-value tests of maspob_etal.s3gnn (spec section 6 and issue 7)."
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st, HealthCheck
+from torch_geometric.data import Batch, Data
+from torch_geometric.utils import get_laplacian, to_dense_adj
+
+from maspob_etal.s3gnn import (
+    ADGNBaseline, ChebComplement, GCNBaseline, S2GNNBaseline, S3GNN, S3Layer, SpectralTransform, StableLinear, TASKS,
+    add_spectral, cheb_response, count_params, graph_ops, graphproperty_claims, jacobian_sensitivity, load_graph_dataset,
+    low_eigenpairs, low_eigenpairs_sparse, make_graph_property_dataset, make_model, make_ring_transfer, normalized_laplacian,
+    run_parallel, spectral_lift, spectral_project, train_eval)
+
+ALL_MODELS = (S3GNN, S2GNNBaseline, ADGNBaseline, GCNBaseline)
+FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    "Tiny graphs: one thread is enough, and the other test modules get their thread count back."
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def edges_of(G):
+    if G.number_of_edges() == 0: return torch.empty(2, 0, dtype=torch.long)
+    ei = torch.tensor(list(G.edges), dtype=torch.long).T
+    return torch.cat([ei, ei.flip(0)], 1)
+
+
+def graph_of(G, d_in=1, seed=0, lam_cut=0.7, k_max=8):
+    x = torch.rand(G.number_of_nodes(), d_in, generator=torch.Generator().manual_seed(seed))
+    return SpectralTransform(lam_cut, k_max)(Data(x=x, edge_index=edges_of(G), num_nodes=G.number_of_nodes()))
+
+
+def dense_L(ei, n):
+    return normalized_laplacian(to_dense_adj(ei, max_num_nodes=n)[0].double()) if ei.numel() else torch.eye(n).double()
+
+
+connected = st.builds(lambda n, p, s: nx.connected_watts_strogatz_graph(n, 4, p, seed=s),
+                      st.integers(8, 30), st.floats(0.0, 0.6), st.integers(0, 10_000))
+
+
+# ---------------------------------------------------------------- Laplacian and eigenpairs
+@FAST
+@given(n=st.integers(2, 25), p=st.floats(0.05, 0.6), s=st.integers(0, 10_000))
+def test_laplacian_matches_pyg_get_laplacian(n, p, s):
+    G = nx.gnp_random_graph(n, p, seed=s)                                  # may have isolated nodes
+    ei = edges_of(G)
+    li, lw = get_laplacian(ei, normalization="sym", num_nodes=n)
+    ref = torch.zeros(n, n).index_put((li[0], li[1]), lw, accumulate=True)
+    mine = normalized_laplacian(to_dense_adj(ei, max_num_nodes=n)[0]) if ei.numel() else normalized_laplacian(torch.zeros(n, n))
+    torch.testing.assert_close(mine, ref, atol=1e-6, rtol=0)
+
+
+@FAST
+@given(G=connected)
+def test_eigenpairs_properties(G):
+    n = G.number_of_nodes()
+    L = dense_L(edges_of(G), n)
+    lam, V, km = low_eigenpairs(L, lam_cut=2.0, k_max=n)
+    assert km.all()
+    torch.testing.assert_close(L @ V, V * lam, atol=1e-8, rtol=0)              # L V = V Lambda
+    torch.testing.assert_close(V.T @ V, torch.eye(n, dtype=V.dtype), atol=1e-8, rtol=0)
+    assert lam.min() > -1e-9 and lam.max() < 2 + 1e-9
+    assert abs(lam[0]) < 1e-9                                              # lambda_1 = 0, eigenvector ~ D^{1/2} 1
+    d_half = torch.tensor([G.degree(v) for v in range(n)], dtype=torch.float64).sqrt()
+    cos = (V[:, 0] @ d_half).abs()/d_half.norm()
+    assert abs(cos - 1) < 1e-8
+    torch.testing.assert_close(lam, torch.linalg.eigvalsh(L), atol=1e-8, rtol=0)   # against torch.linalg.eigh
+
+
+def test_eigenpairs_cut_and_batch_padding():
+    Gs = [nx.path_graph(10), nx.cycle_graph(7), nx.star_graph(4)]
+    b = Batch.from_data_list([Data(edge_index=edges_of(G), num_nodes=G.number_of_nodes()) for G in Gs])
+    A = to_dense_adj(b.edge_index, b.batch)
+    mask = torch.arange(10) < torch.tensor([[10], [7], [5]])
+    lam, V, km = low_eigenpairs(normalized_laplacian(A, mask), mask, lam_cut=0.7, k_max=4)
+    for i, G in enumerate(Gs):
+        lam_i, V_i, km_i = low_eigenpairs(dense_L(edges_of(G), G.number_of_nodes()).float(), lam_cut=0.7, k_max=4)
+        torch.testing.assert_close(lam[i], lam_i, atol=1e-5, rtol=0)
+        assert km[i].tolist() == km_i.tolist()
+        assert (lam[i][km[i]] <= 0.7).all()
+    # cycle of 7: eigenvalues 0, then pairs; k_max=4 would split the second pair -> only 3 kept
+    assert km[1].sum() == 3
+
+
+def test_sparse_eigenpairs_match_dense():
+    G = nx.connected_watts_strogatz_graph(60, 4, 0.3, seed=3)
+    ei = edges_of(G)
+    lam_s, V_s, km_s = low_eigenpairs_sparse(ei, 60, 0.7, 10)
+    lam_d, V_d, km_d = low_eigenpairs(dense_L(ei, 60).float(), lam_cut=0.7, k_max=10)
+    assert km_s.tolist() == km_d.tolist()
+    torch.testing.assert_close(lam_s, lam_d, atol=1e-4, rtol=0)
+    torch.testing.assert_close(V_s @ V_s.T, V_d @ V_d.T, atol=1e-4, rtol=0)
+    big = SpectralTransform(0.7, 10, dense_max=20)(Data(edge_index=ei, num_nodes=60))
+    torch.testing.assert_close(big.eigvecs @ big.eigvecs.T, V_d @ V_d.T, atol=1e-4, rtol=0)
+
+
+# ---------------------------------------------------------------- complement and filters
+def _complement_check(G, k_max, J=2, d=4):
+    n = G.number_of_nodes()
+    g = graph_of(G, lam_cut=2.0, k_max=k_max)
+    ops = graph_ops(g)
+    comp = ChebComplement(d, J)
+    Z = torch.randn(n, d, generator=torch.Generator().manual_seed(1))
+    lam, U = np.linalg.eigh(dense_L(g.edge_index, n).numpy())
+    k = int(g.eig_mask.sum())
+    rho = comp.response(torch.tensor(lam)).detach().double().numpy()
+    ref = np.einsum("ui,id,vi,vd->ud", U[:, k:], rho[k:], U[:, k:], Z.double().numpy())
+    return comp(Z, ops), torch.tensor(ref).float(), comp, Z, ops
+
+
+@FAST
+@given(G=connected, k=st.integers(1, 6))
+def test_complement_identity_random_graphs(G, k):
+    R, ref, *_ = _complement_check(G, k)                                  # rho(L) V = V rho(Lambda) on random graphs
+    torch.testing.assert_close(R, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_complement_extremes():
+    G = nx.connected_watts_strogatz_graph(12, 4, 0.3, seed=2)
+    R, _, comp, Z, ops = _complement_check(G, 12)                          # k = n: nothing left
+    torch.testing.assert_close(R, torch.zeros_like(R), atol=1e-5, rtol=0)
+    g0 = graph_of(G, lam_cut=2.0, k_max=3); g0.eig_mask[:] = False; g0.eigvals[:] = 0; g0.eigvecs[:] = 0   # k = 0: rho(L) H
+    ops0 = graph_ops(g0)
+    torch.testing.assert_close(comp(Z, ops0), comp.full(Z, ops0), atol=1e-6, rtol=0)
+
+
+def test_full_spectrum_split():
+    G = nx.connected_watts_strogatz_graph(20, 4, 0.2, seed=5)
+    g = graph_of(G, lam_cut=0.7, k_max=6)
+    ops = graph_ops(g)
+    comp = ChebComplement(3, J=2)
+    Z = torch.randn(20, 3, generator=torch.Generator().manual_seed(0))
+    G_low = spectral_lift(ops.V, comp.response(ops.lam, ops.kmask)*spectral_project(ops.V, Z, ops.batch, ops.pos), ops.batch, ops.pos)
+    torch.testing.assert_close(G_low + comp(Z, ops), comp.full(Z, ops), atol=1e-5, rtol=0)   # g := rho on the low band
+
+
+def test_cheb_response_known_values():
+    phi = torch.tensor([[1.0], [2.0], [3.0]])
+    lam = torch.tensor([0.0, 1.0, 2.0])
+    x = lam - 1
+    torch.testing.assert_close(cheb_response(lam, phi)[:, 0], 1 + 2*x + 3*(2*x**2 - 1))
+
+
+# ---------------------------------------------------------------- invariances
+def test_sign_and_basis_invariance():
+    G = nx.cycle_graph(12)                                                 # repeated eigenvalues (pairs)
+    g = graph_of(G, d_in=3, lam_cut=0.7, k_max=8)
+    k = int(g.eig_mask.sum()); assert k >= 3
+    torch.manual_seed(0); net = S3GNN(3, 8, 1, 3, level="node").eval()
+    out = net(g)
+    flip = g.clone(); flip.eigvecs = g.eigvecs*torch.tensor([1., -1, 1, -1, -1, 1, 1, -1])
+    torch.testing.assert_close(net(flip), out, atol=1e-5, rtol=0)
+    lam = g.eigvals[0]                                                     # rotate inside the first repeated pair
+    i = int(torch.nonzero((lam[1:k] - lam[:k-1]).abs() < 1e-6)[0])
+    c, s = math.cos(0.7), math.sin(0.7)
+    rot = g.clone(); V = g.eigvecs.clone()
+    rot.eigvecs[:, i], rot.eigvecs[:, i+1] = c*V[:, i] - s*V[:, i+1], s*V[:, i] + c*V[:, i+1]
+    torch.testing.assert_close(net(rot), out, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("M", ALL_MODELS)
+def test_permutation_equivariance(M):
+    G = nx.connected_watts_strogatz_graph(18, 4, 0.3, seed=7)
+    g = graph_of(G, d_in=2, k_max=6)
+    lam_all = torch.linalg.eigvalsh(dense_L(g.edge_index, 18))
+    assert (lam_all[1:] - lam_all[:-1]).abs().min() > 1e-6                 # no repeated eigenvalue anywhere
+    perm = torch.randperm(18, generator=torch.Generator().manual_seed(1))
+    inv = torch.argsort(perm)                                              # old node v becomes new node inv[v]
+    Gp = nx.relabel_nodes(G, {v: int(inv[v]) for v in G.nodes})
+    gp = SpectralTransform(0.7, 6)(Data(x=g.x[perm], edge_index=edges_of(Gp), num_nodes=18))
+    torch.manual_seed(0); node = M(2, 8, 2, 3, level="node").eval()
+    torch.testing.assert_close(node(gp), node(g)[perm], atol=1e-5, rtol=0)
+    torch.manual_seed(0); graph = M(2, 8, 2, 3, level="graph").eval()
+    torch.testing.assert_close(graph(gp), graph(g), atol=1e-5, rtol=0)
+
+
+def test_padding_does_not_change_a_graph():
+    small = graph_of(nx.path_graph(7), d_in=2, seed=1)
+    big = [graph_of(nx.connected_watts_strogatz_graph(25, 4, 0.2, seed=s), d_in=2, seed=s) for s in range(2)]
+    b = Batch.from_data_list([big[0], small, big[1]])
+    for M in ALL_MODELS:
+        torch.manual_seed(0); net = M(2, 8, 1, 3, level="graph").eval()
+        torch.testing.assert_close(net(b)[1], net(small)[0], atol=1e-5, rtol=0)
+        torch.manual_seed(0); nn_ = M(2, 8, 1, 3, level="node").eval()
+        torch.testing.assert_close(nn_(b)[25:32], nn_(small), atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- stability constraints
+@FAST
+@given(d=st.integers(2, 40), s=st.integers(0, 1000))
+def test_antisymmetric_transform_has_imaginary_spectrum(d, s):
+    torch.manual_seed(s)
+    W = StableLinear(d, "antisym", gamma=0.0).weight().detach().double()
+    torch.testing.assert_close(W, -W.T)
+    assert torch.linalg.eigvals(W).real.abs().max() < 1e-6
+
+
+def test_spectral_norm_option():
+    torch.manual_seed(0)
+    sn = StableLinear(24, "specnorm")
+    for _ in range(50): sn(torch.randn(3, 24))
+    assert torch.linalg.matrix_norm(sn.weight().detach(), 2) <= 1 + 1e-3
+
+
+# ---------------------------------------------------------------- Jacobian
+def test_jacobian_helper_matches_autograd_and_gcn_receptive_field():
+    G = nx.Graph([(0, 1), (1, 2), (2, 3), (3, 4), (0, 2)])
+    g = graph_of(G, d_in=2, k_max=4)
+    torch.manual_seed(0); net = S3GNN(2, 6, 1, 2).eval()
+    def h_u(x): c = g.clone(); c.x = x; return net.node_states(c)[4]
+    J = torch.autograd.functional.jacobian(h_u, g.x)
+    torch.testing.assert_close(jacobian_sensitivity(net, g, 4, by_distance=False), J.abs().mean((0, 2)), atol=1e-7, rtol=0)
+    path = graph_of(nx.path_graph(20), d_in=1, k_max=6)
+    for L in (2, 4):
+        torch.manual_seed(0); s = jacobian_sensitivity(GCNBaseline(1, 8, 1, L), path, 0)
+        assert all(s[r] == 0.0 for r in range(L + 1, 20)) and all(s[r] > 0 for r in range(L + 1))
+
+
+def test_c1_small_path_at_init_and_after_training():
+    path = graph_of(nx.path_graph(16), d_in=1, k_max=6)
+    data = add_spectral(make_graph_property_dataset(24, "diameter", seed=4), 0.7, 6)
+    for name in ("S3GNN", "GCN"):
+        net = make_model(name, 1, d=8, n_layers=3, n_gauss=8, eps=1.0, seed=0)
+        for stage in ("init", "trained"):
+            if stage == "trained": train_eval(net, data[:16], data[16:20], data[20:], epochs=2, batch_size=8)
+            s = jacobian_sensitivity(net.cpu(), path, 0)
+            far = np.mean([v for r, v in s.items() if r > 3])
+            assert (far == 0.0) if name == "GCN" else (far > 1e-6*s[0]), (name, stage, far)
+
+
+# ---------------------------------------------------------------- robustness and errors
+@pytest.mark.parametrize("M", ALL_MODELS)
+def test_isolated_nodes_and_single_node_graph(M):
+    G = nx.Graph([(0, 1), (1, 2)]); G.add_nodes_from([3, 4])              # two isolated nodes
+    g1 = graph_of(G, d_in=2, k_max=4)
+    g2 = SpectralTransform(0.7, 4)(Data(x=torch.rand(1, 2), edge_index=torch.empty(2, 0, dtype=torch.long), num_nodes=1))
+    b = Batch.from_data_list([g1, g2])
+    for level in ("graph", "node"):
+        torch.manual_seed(0); net = M(2, 8, 1, 3, level=level)
+        out = net(b)
+        out.sum().backward()
+        assert torch.isfinite(out).all()
+        assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
+
+
+def test_clear_errors():
+    g = graph_of(nx.path_graph(6), d_in=3)
+    with pytest.raises(ValueError, match="d_in=2"): S3GNN(2, 8, 1, 2)(g)
+    with pytest.raises(ValueError, match=r"shape \(N, 8\)"): S3Layer(8)(torch.randn(6, 5), graph_ops(g))
+    bare = Data(x=torch.rand(6, 3), edge_index=g.edge_index, num_nodes=6)
+    with pytest.raises(ValueError, match="SpectralTransform"): S3GNN(3, 8, 1, 2)(bare)
+    GCNBaseline(3, 8, 1, 2)(bare)                                           # no eigenpairs needed
+    with pytest.raises(ValueError, match=r"\(0, 2\]"): SpectralTransform(lam_cut=2.5)
+    with pytest.raises(ValueError, match="positive integer"): low_eigenpairs(torch.eye(3), k_max=0)
+    with pytest.raises(ValueError, match="constraint"): S3Layer(8, constraint="orthogonal")
+    with pytest.raises(ValueError, match="dynamics must be one of"): S3Layer(8, dynamics="rk4")
+    with pytest.raises(ValueError, match="eps"): S3Layer(8, eps=0)
+    with pytest.raises(ValueError, match="task must be one of"): make_graph_property_dataset(2, "girth")
+    with pytest.raises(ValueError, match="model name must be one of"): make_model("GAT", 1)
+    with pytest.raises(ValueError, match="symmetric"): normalized_laplacian(torch.triu(torch.ones(4, 4), 1))
+    with pytest.raises(FileNotFoundError, match="does not exist"): load_graph_dataset("/no/such/dir")
+
+
+# ---------------------------------------------------------------- data
+def test_dataset_labels_match_networkx():
+    data = make_graph_property_dataset(60, TASKS, seed=11)
+    fams = set()
+    for dd, de, ds in zip(*(data[t] for t in TASKS)):
+        G = nx.Graph(dd.edge_index.T.tolist()); G.add_nodes_from(range(dd.num_nodes))
+        assert nx.is_connected(G) and 20 <= dd.num_nodes <= 35
+        assert dd.y.item() == nx.diameter(G)
+        ecc = nx.eccentricity(G)
+        assert de.y[:, 0].tolist() == [ecc[v] for v in range(dd.num_nodes)]
+        src = int(ds.x[:, 1].argmax()); assert ds.x[:, 1].sum() == 1
+        sp = nx.single_source_shortest_path_length(G, src)
+        assert ds.y[:, 0].tolist() == [sp[v] for v in range(dd.num_nodes)]
+        fams.add(dd.family)
+    assert len(fams) >= 8
+    again = make_graph_property_dataset(60, "diameter", seed=11)
+    assert all(torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x) for a, b in zip(again, data["diameter"]))
+
+
+def test_ring_transfer_task_and_ce_training():
+    rings = add_spectral(make_ring_transfer(40, 10, 3, seed=0), 0.7, 6)
+    for r in rings[:5]:
+        t, s = int(r.y_mask.nonzero()), int(r.x[:, :3].sum(1).argmax())
+        G = nx.Graph(r.edge_index.T.tolist())
+        assert nx.shortest_path_length(G, s, t) == 5 and int(r.y[t]) == int(r.x[s, :3].argmax())
+    torch.manual_seed(0)
+    res = train_eval(S3GNN(4, 8, 3, 2, level="node"), rings[:24], rings[24:32], rings[32:], epochs=2, batch_size=8, loss="ce")
+    assert 0 <= res["test"] <= 1
+
+
+def test_load_graph_dataset_from_pt(tmp_path):
+    data = make_graph_property_dataset(6, "diameter", seed=1)
+    torch.save(data, tmp_path/"list.pt")
+    torch.save({"train": data[:4], "val": data[4:5], "test": data[5:]}, tmp_path/"splits.pt")
+    assert len(load_graph_dataset(tmp_path/"list.pt")) == 6
+    assert len(load_graph_dataset(tmp_path/"splits.pt", split="val")) == 1
+    with pytest.raises(KeyError, match="not 'dev'"): load_graph_dataset(tmp_path/"splits.pt", split="dev")
+    with pytest.raises(FileNotFoundError, match="raw/train.pt"): load_graph_dataset(tmp_path, "peptides-struct")
+    with pytest.raises(ValueError, match="LRGB datasets"): load_graph_dataset(tmp_path, "cora")
+    torch.save([1, 2], tmp_path/"bad.pt")
+    with pytest.raises(ValueError, match="list of torch_geometric"): load_graph_dataset(tmp_path/"bad.pt")
+
+
+# ---------------------------------------------------------------- training
+def test_tiny_overfit_diameter():
+    tiny = add_spectral(make_graph_property_dataset(16, "diameter", seed=5), 0.7, 8)
+    torch.manual_seed(0)
+    fit = train_eval(S3GNN(1, 32, 1, 4, eps=0.5), tiny, tiny[:4], tiny[:4], epochs=150, batch_size=16, lr=1e-2, wd=0.)
+    assert fit["train"] < -2                                               # train MSE < 1e-2
+
+
+def test_threads_give_the_same_numbers_as_sequential():
+    data = add_spectral(make_graph_property_dataset(20, "diameter", seed=6), 0.7, 6)
+    def jobs():
+        nets = [make_model(m, 1, d=8, n_layers=2, n_gauss=8, seed=s) for m in ("S3GNN", "GCN") for s in (0, 1)]
+        return [lambda n=n: train_eval(n, data[:12], data[12:16], data[16:], epochs=2, batch_size=4, seed=1)["test"] for n in nets]
+    assert run_parallel(jobs(), 1) == run_parallel(jobs(), 3)
+
+
+def test_graphproperty_claims():
+    vals = dict(zip(("S3GNN", "GCN", "A-DGN", "S2GNN"), (0.1, 0.5, 0.4, 0.2)))
+    test = {(t, m): v for t in TASKS for m, v in vals.items()}
+    c2, c3 = graphproperty_claims(test, {"S3GNN": 50, "S2GNN": 100}, 3)
+    assert c2.holds and c3.holds and c2.baseline == pytest.approx(0.2)
+    _, c3_big = graphproperty_claims(test, {"S3GNN": 70, "S2GNN": 100}, 3)
+    assert not c3_big.holds                                               # 70% of the parameters: C3 fails
+    test["sssp", "S3GNN"] = 0.3
+    c2_fail, _ = graphproperty_claims(test, {"S3GNN": 50, "S2GNN": 100}, 3)
+    assert not c2_fail.holds
+    assert [c.status for c in graphproperty_claims({}, {}, 3)] == ["not run", "not run"]
+
+
+def test_parameter_counts_and_model_factory():
+    for name in ("S3GNN", "S2GNN", "A-DGN", "GCN", "S3GNN no complement", "S3GNN no global"):
+        net = make_model(name, 2, d=16, n_layers=3, n_gauss=8)
+        assert count_params(net) > 0
+    s3 = count_params(make_model("S3GNN", 1, d=16, n_layers=3))
+    assert s3 < count_params(make_model("S2GNN", 1, d=16, n_layers=3))
+    assert count_params(StableLinear(10)) == 45
+
+
+def test_weighted_graphs_agree_between_transform_batch_and_layer():
+    G = nx.connected_watts_strogatz_graph(20, 4, 0.3, seed=1)
+    ei = torch.tensor(list(G.edges)).T
+    w = torch.rand(ei.shape[1], generator=torch.Generator().manual_seed(0)) + 0.1
+    ei, w = torch.cat([ei, ei.flip(0)], 1), torch.cat([w, w])
+    a = SpectralTransform(0.7, 6)(Data(edge_index=ei, edge_weight=w, num_nodes=20))
+    b = add_spectral([Data(edge_index=ei, edge_weight=w, num_nodes=20)], 0.7, 6)[0]
+    torch.testing.assert_close(a.eigvals, b.eigvals)
+    torch.testing.assert_close(a.eigvecs @ a.eigvecs.T, b.eigvecs @ b.eigvecs.T, atol=1e-5, rtol=0)
+    L = normalized_laplacian(to_dense_adj(ei, edge_attr=w, max_num_nodes=20)[0])
+    ops = graph_ops(a)
+    torch.testing.assert_close(ops.lap.to_dense() + torch.eye(20), L, atol=1e-6, rtol=0)   # L - I from get_laplacian
