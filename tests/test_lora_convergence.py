@@ -1,0 +1,317 @@
+"Tests of maspob_etal.lora_convergence: the stacked algebra, an independent peft LoRA step, Lemmas 3.3 and 3.4, constants, schedules, the certificate, errors, and the LLM path at tiny size."
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from maspob_etal.lora_convergence import (
+    J_and_grad, LeastSquaresLoss, SoftmaxLoss, add_lora, autograd_loss_grad, certificate, descent_rhs, digits_data,
+    extraction, grad_J_sym, init_V, least_squares_problem, lora_gd, lora_layers, lora_llm_schedules, lora_product,
+    lora_sgd, pydoc_text, reset_lora, softmax_regression_problem, stack, step_size, step_size_from_norms, text_batches,
+    unstack)
+
+f64 = torch.float64
+
+def quad_problem(m, n, seed=0):
+    "L(X) = 1/2 |X - X*|^2, smoothness constant 1."
+    X_star = torch.randn(m, n, dtype=f64, generator=torch.Generator().manual_seed(seed))
+    return autograd_loss_grad(lambda X: 0.5*((X - X_star)**2).sum((-2, -1))), X_star
+
+def small_softmax(seed=0, N=200, d=12, k=5):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, d, dtype=f64, generator=g)
+    y = torch.randint(0, k, (N,), generator=g)
+    return softmax_regression_problem(X, y)
+
+# --- algebra ---------------------------------------------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 7), n=st.integers(1, 7), r=st.integers(1, 4), batch=st.integers(0, 3), seed=st.integers(0, 10**6))
+def test_stacked_identities(m, n, r, batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch,) if batch else ()
+    B, A = torch.randn(*shape, m, r, dtype=f64, generator=g), torch.randn(*shape, r, n, dtype=f64, generator=g)
+    V = stack(B, A)
+    assert V.shape == (*shape, m + n, r)
+    B2, A2 = unstack(V, m)
+    assert torch.equal(B2, B) and torch.equal(A2, A)                 # exact roundtrip
+    E1, E2 = extraction(m, n)
+    assert torch.allclose(E1 @ V @ V.transpose(-1, -2) @ E2, B @ A, atol=1e-12)
+    assert torch.allclose(lora_product(V, m), B @ A, atol=1e-12)
+
+def test_gradient_closed_forms_equal_autograd():
+    g = torch.Generator().manual_seed(1)
+    m, n, r = 5, 7, 3
+    loss_grad, X_star = quad_problem(m, n)
+    for V in torch.randn(20, m + n, r, dtype=f64, generator=g):
+        J, gJ, G = J_and_grad(V, m, loss_grad)
+        Vr = V.clone().requires_grad_(True)
+        E1, E2 = extraction(m, n)
+        gJ_auto, = torch.autograd.grad(0.5*((E1 @ Vr @ Vr.T @ E2 - X_star)**2).sum(), Vr)
+        assert torch.allclose(gJ, gJ_auto, atol=1e-10, rtol=0)
+        assert torch.allclose(grad_J_sym(V, m, G), gJ, atol=1e-10, rtol=0)
+
+def test_softmax_closed_form_gradient_equals_autograd():
+    loss, _ = small_softmax()
+    W = torch.randn(3, 5, 12, dtype=f64, generator=torch.Generator().manual_seed(2))
+    J, G = loss(W)
+    J_ref = torch.stack([torch.nn.functional.cross_entropy(loss.X @ w.T, loss.Yt.argmax(0)) for w in W])
+    G_ref = autograd_loss_grad(lambda W: torch.stack([torch.nn.functional.cross_entropy(loss.X @ w.T, loss.Yt.argmax(0)) for w in W]))(W)[1]
+    assert torch.allclose(J, J_ref, atol=1e-12) and torch.allclose(G, G_ref, atol=1e-12)
+
+# --- independent library: one peft LoRA SGD step ---------------------------------------------------------------
+
+def test_one_V_space_step_equals_one_peft_sgd_step():
+    from peft import LoraConfig, get_peft_model
+
+    class Net(torch.nn.Module):
+        def __init__(self, n, m):
+            super().__init__(); self.lin = torch.nn.Linear(n, m, bias=False)
+        def forward(self, x): return self.lin(x)
+
+    torch.manual_seed(0)
+    N, m, n, r, eta = 64, 6, 9, 3, 0.05
+    g = torch.Generator().manual_seed(3)
+    Xin, Y = torch.randn(N, n, dtype=f64, generator=g), torch.randn(N, m, dtype=f64, generator=g)
+    W0 = torch.randn(m, n, dtype=f64, generator=g)
+    B0, A0 = 0.5*torch.randn(m, r, dtype=f64, generator=g), 0.5*torch.randn(r, n, dtype=f64, generator=g)
+
+    net = get_peft_model(Net(n, m), LoraConfig(r=r, lora_alpha=r, lora_dropout=0.0, target_modules=["lin"])).double()
+    (A_w, B_w, base_w), = lora_layers(net)
+    with torch.no_grad(): base_w.copy_(W0); A_w.copy_(A0); B_w.copy_(B0)
+    base_w.requires_grad_(True)                                       # to compare grad_W0 with grad_{BA}
+    opt = torch.optim.SGD([A_w, B_w], lr=eta, momentum=0.0)
+    loss = 0.5*((net(Xin) - Y)**2).sum()/N
+    loss.backward()
+    G_base = base_w.grad.clone()
+    opt.step()
+
+    # ours: W0 absorbed into L, one GD step on V = [B; A^T]
+    loss_grad = autograd_loss_grad(lambda D: 0.5*((Xin @ (W0 + D).transpose(-1, -2) - Y)**2).sum((-2, -1))/N)
+    V = stack(B0, A0)
+    J, gJ, G = J_and_grad(V, m, loss_grad)
+    B1, A1 = unstack(V - eta*gJ, m)
+    assert abs(J.item() - loss.item()) < 1e-10
+    assert torch.allclose(B_w.detach(), B1, atol=1e-10, rtol=0)
+    assert torch.allclose(A_w.detach(), A1, atol=1e-10, rtol=0)
+    assert torch.allclose(G_base, G, atol=1e-10, rtol=0)             # grad wrt the base weight is grad_W L
+
+# --- stationary origin -----------------------------------------------------------------------------------------
+
+def test_origin_is_stationary():
+    loss_grad, _ = quad_problem(4, 6)
+    _, gJ, _ = J_and_grad(torch.zeros(10, 2, dtype=f64), 4, loss_grad)
+    assert gJ.abs().max().item() == 0.0
+    for sched, kw in (("constant", dict(alpha=0.7)), ("theory", dict(L=1.0)), ("normalized", dict(alpha=0.06))):
+        h = lora_gd(loss_grad, 4, 6, 2, T=100, schedule=sched, init="zeros", **kw)
+        assert h["V"].abs().max().item() == 0.0 and not h["diverged"].any()
+
+# --- Lemma 3.3 and Lemma 3.4 -----------------------------------------------------------------------------------
+
+def _random_pairs(n_pairs, m, n, r, seed):
+    g = torch.Generator().manual_seed(seed)
+    def scaled(): 
+        Z = torch.randn(n_pairs, m + n, r, dtype=f64, generator=g)
+        target = 10**(4*torch.rand(n_pairs, dtype=f64, generator=g) - 2)          # norms spanning 1e-2 .. 1e2
+        return Z*(target/Z.flatten(1).norm(dim=1))[:, None, None]
+    V1 = scaled()
+    return V1, V1 + scaled()
+
+@pytest.mark.parametrize("problem", ["quadratic", "softmax"])
+def test_lemma_3_3_on_5000_random_pairs(problem):
+    if problem == "quadratic":
+        m, n, r = 4, 6, 3
+        loss_grad, _ = quad_problem(m, n); L = 1.0
+    else:
+        loss_grad, L = small_softmax(); m, n, r = 5, 12, 3
+    V1, V2 = _random_pairs(5000, m, n, r, seed=7)
+    assert V1.flatten(1).norm(dim=1).min() < 0.02 and V1.flatten(1).norm(dim=1).max() > 50
+    J1, gJ1, G1 = J_and_grad(V1, m, loss_grad)
+    J2 = J_and_grad(V2, m, loss_grad)[0]
+    for constants in ("paper", "conservative"):
+        rhs = descent_rhs(J1, gJ1, V1, V2, G1, L, constants)
+        assert torch.isfinite(rhs).all()
+        viol = J2 > rhs + 1e-10*rhs.abs().clamp_min(1)
+        assert int(viol.sum()) == 0, f"{problem}/{constants}: {int(viol.sum())} violations"
+
+@pytest.mark.parametrize("problem", ["quadratic", "softmax"])
+def test_lemma_3_4_one_theory_step_on_3000_points(problem):
+    if problem == "quadratic":
+        m, n, r = 4, 6, 3
+        loss_grad, _ = quad_problem(m, n, seed=1); L = 1.0
+    else:
+        loss_grad, L = small_softmax(seed=1); m, n, r = 5, 12, 3
+    V = _random_pairs(3000, m, n, r, seed=8)[0]
+    J, gJ, G = J_and_grad(V, m, loss_grad)
+    eta = step_size("theory", V=V, G=G, L=L)
+    J_next = J_and_grad(V - eta[:, None, None]*gJ, m, loss_grad)[0]
+    decrease, required = J - J_next, eta/4*(gJ**2).sum((-2, -1))
+    assert (decrease >= required - 1e-12*J.abs().clamp_min(1)).all()
+    ratio = (decrease/required)[required > 1e-14]
+    assert ratio.min() >= 1.0
+
+def test_theory_gd_is_monotone_and_certificate_holds():
+    loss, L, L_star = least_squares_problem(seed=1)
+    h = lora_gd(loss, 8, 20, 2, T=300, schedule="theory", L=L, init="gaussian", seed=[0, 1, 2])
+    assert (h["slack"] >= -1e-10*h["J"][:-1].abs().clamp_min(1)).all()
+    assert (h["J"][1:] <= h["J"][:-1]).all()
+    c = certificate(h, L_star=L_star)
+    assert c["holds"].all() and (c["bound"] > 0).all()
+    h_cl = lora_gd(loss, 8, 20, 2, T=300, schedule="constant", alpha=1/L, init="gaussian", seed=[0, 1, 2])
+    assert h_cl["diverged"].all()                                   # the classical step from a large start blows up
+
+def test_batched_run_equals_single_runs_and_is_reproducible():
+    loss, L, _ = least_squares_problem(N=100, seed=2)
+    hb = lora_gd(loss, 8, 20, 2, T=50, schedule="theory", L=L, seed=[3, 4])
+    for i, s in enumerate((3, 4)):
+        h = lora_gd(loss, 8, 20, 2, T=50, schedule="theory", L=L, seed=s)
+        assert torch.allclose(hb["J"][:, i], h["J"], atol=1e-12, rtol=0)
+        assert torch.allclose(hb["V"][i], h["V"], atol=1e-12, rtol=0)
+    assert torch.equal(lora_gd(loss, 8, 20, 2, T=50, schedule="theory", L=L, seed=[3, 4])["V"], hb["V"])   # same seeds, same numbers
+
+# --- constants ---------------------------------------------------------------------------------------------------
+
+def test_least_squares_smoothness_constant_and_optima():
+    loss, L, L_star = least_squares_problem()
+    g = torch.Generator().manual_seed(5)
+    W1, W2 = torch.randn(2, 2000, 8, 20, dtype=f64, generator=g)
+    ratio = (loss(W1)[1] - loss(W2)[1]).flatten(1).norm(dim=1)/(W1 - W2).flatten(1).norm(dim=1)
+    assert ratio.max() <= L*(1 + 1e-12)
+    v_top = torch.linalg.eigh(loss.S)[1][:, -1]
+    D = torch.randn(8, 1, dtype=f64, generator=g)*v_top
+    top = ((loss(D)[1] - loss(torch.zeros_like(D))[1]).norm()/D.norm()).item()
+    assert abs(top - L) <= 0.01*L
+    # L* is the unconstrained minimum: the gradient vanishes at the normal-equation solution
+    W_hat = torch.linalg.solve(loss.S, loss.C.T).T
+    J_hat, G_hat = loss(W_hat)
+    assert G_hat.abs().max() < 1e-10 and abs(J_hat.item() - L_star) < 1e-10
+    # the rank-r optimum is reached by truncating, and lies between L* and L(0)
+    assert L_star <= loss.rank_r_min(4) <= loss.rank_r_min(2) <= loss(torch.zeros(8, 20, dtype=f64))[0].item()
+
+def test_softmax_L_upper_bounds_the_curvature():
+    loss, L = small_softmax()
+    g = torch.Generator().manual_seed(6)
+    W1 = torch.randn(500, 5, 12, dtype=f64, generator=g)
+    W2 = W1 + 1e-3*torch.randn(500, 5, 12, dtype=f64, generator=g)
+    ratio = (loss(W1)[1] - loss(W2)[1]).flatten(1).norm(dim=1)/(W1 - W2).flatten(1).norm(dim=1)
+    assert ratio.max() <= L
+
+def test_digits_data():
+    X, y = digits_data()
+    assert X.shape == (1797, 64) and y.shape == (1797,) and int(y.max()) == 9
+    assert torch.allclose(X.mean(0), torch.zeros(64, dtype=f64), atol=1e-10)
+
+# --- schedules and certificate -----------------------------------------------------------------------------------
+
+def test_schedule_known_values():
+    assert float(step_size_from_norms("adaptive", V_sq=3.0, G_norm=1.0, alpha=1.0)) == pytest.approx(0.25)
+    assert float(step_size_from_norms("normalized", gradJ_norm=4.0, alpha=0.06)) == pytest.approx(0.03)
+    assert float(step_size_from_norms("adaptive2", V_sq=3.0, loss=4.0, alpha=1.0)) == pytest.approx(0.2)
+    assert float(step_size_from_norms("theory", V_sq=1.0, G_norm=1.0, L=1.0)) == pytest.approx(1/(8*math.sqrt(2)))
+    for sched, kw in (("constant", {}), ("adaptive", dict(V_sq=0.1, G_norm=0.1)), ("adaptive2", dict(V_sq=0.1, loss=0.01)),
+                      ("normalized", dict(gradJ_norm=1e-4))):
+        assert float(step_size_from_norms(sched, alpha=50.0, **kw)) == 1.0                 # capped at 1
+    assert float(step_size_from_norms("theory", V_sq=1e-6, G_norm=1e-6, L=1.0)) == 1.0
+    V = torch.ones(4, 2, dtype=f64)                                   # |V|^2 = 8
+    assert float(step_size("adaptive", V=V, G=torch.ones(2, 2, dtype=f64), alpha=10.0)) == pytest.approx(1.0)
+    assert float(step_size("adaptive", V=V, G=torch.ones(2, 2, dtype=f64), alpha=1.0)) == pytest.approx(0.1)
+    batch = step_size_from_norms("constant", alpha=torch.tensor([0.1, 2.0]))
+    assert torch.allclose(batch, torch.tensor([0.1, 1.0], dtype=f64))
+
+def test_certificate_hand_made_history():
+    c = certificate(dict(J=[4.0, 3.0, 2.5], grad_sq=[8.0, 4.0, 1.0], eta=[0.5, 0.5]))
+    assert c["T"] == 2 and c["min_grad_sq"] == 4.0 and c["bound"] == 16.0 and c["sum_eta"] == 1.0 and c["holds"]
+    c2 = certificate(dict(J=[4.0, 3.0, 2.5], grad_sq=[8.0, 4.0, 1.0], eta=[0.5, 0.5], V_sq=[1.0, 2.0, 4.0]), L_star=2.0)
+    assert c2["bound"] == 8.0 and c2["V_sq_T"] == 4.0 and c2["V_sq_max_increment"] == 2.0
+    assert list(c2["running_min"]) == [8.0, 4.0] and list(c2["running_bound"]) == [16.0, 8.0]
+
+# --- bad input ---------------------------------------------------------------------------------------------------
+
+def test_bad_input_errors():
+    loss_grad, _ = quad_problem(4, 6)
+    with pytest.raises(ValueError, match="alpha must be > 0"): lora_gd(loss_grad, 4, 6, 2, T=5, schedule="constant", alpha=0.0)
+    with pytest.raises(ValueError, match="alpha must be > 0"): step_size_from_norms("normalized", gradJ_norm=1.0, alpha=-1.0)
+    with pytest.raises(ValueError, match="L must be > 0"): lora_gd(loss_grad, 4, 6, 2, T=5, schedule="theory", L=0.0)
+    with pytest.raises(ValueError, match="does not fit the matrix"): lora_gd(loss_grad, 4, 6, 5, T=5, L=1.0)
+    with pytest.raises(ValueError, match="does not fit the matrix"): init_V(4, 6, 0)
+    with pytest.raises(ValueError, match="G shaped like its input"): lora_gd(lambda X: (X.sum((-2, -1)), X.mT), 4, 6, 2, T=5, L=1.0)
+    with pytest.raises(ValueError, match="one loss per matrix"): lora_gd(lambda X: (X.sum(), X), 4, 6, 2, T=5, L=1.0, seed=[0, 1])
+    with pytest.raises(ValueError, match="T must be an integer"): lora_gd(loss_grad, 4, 6, 2, T=0, L=1.0)
+    with pytest.raises(ValueError, match="V0 must be"): lora_gd(loss_grad, 4, 6, 2, T=5, L=1.0, V0=torch.zeros(9, 2))
+    with pytest.raises(ValueError, match="schedule must be one of"): lora_gd(loss_grad, 4, 6, 2, T=5, schedule="cosine", alpha=0.1)
+    with pytest.raises(ValueError, match="same rank r"): stack(torch.zeros(4, 2), torch.zeros(3, 6))
+    with pytest.raises(ValueError, match="history needs"): certificate(dict(J=[1.0], grad_sq=[], eta=[]))
+    with pytest.raises(ValueError, match="same N"): SoftmaxLoss(torch.zeros(5, 3), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="same N"): LeastSquaresLoss(torch.zeros(5, 3), torch.zeros(4, 2))
+    with pytest.raises(ValueError, match="loss must be >= 0"):
+        lora_gd(lambda X: (X.sum((-2, -1)) - 10.0, torch.ones_like(X)), 4, 6, 2, T=5, schedule="adaptive2", alpha=0.1)
+
+# --- the LLM path, at tiny size ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64)
+    return add_lora(LlamaForCausalLM(cfg).eval(), r=4)
+
+def test_llm_schedules_on_a_tiny_llama(tiny_llama):
+    batches = torch.randint(0, 128, (5, 2, 16), generator=torch.Generator().manual_seed(0))
+    scheds = {"constant": dict(schedule="constant", alpha=0.5), "adaptive": dict(schedule="adaptive", eta0=0.5),
+              "adaptive2": dict(schedule="adaptive2", eta0=0.5), "normalized": dict(schedule="normalized", eta0=0.5)}
+    out = lora_llm_schedules(tiny_llama, batches, scheds, steps=4, seeds=(0, 1), eval_batches=2)
+    assert set(out) == set(scheds) and all(len(v) == 2 for v in out.values())
+    for name, hs in out.items():
+        for h in hs:
+            assert not h["diverged"] and len(h["loss"]) == 4 and math.isfinite(h["final_loss"])
+            assert h["eta"][0] == pytest.approx(0.5)                   # eta0 matching: first step equals 0.5
+            assert all(0 < e <= 1 for e in h["eta"])
+            assert math.isfinite(h["G_norm"][0]) == (name == "adaptive")
+    # same seed, same start and batch order: every schedule starts from the same loss
+    assert len({round(hs[0]["loss"][0], 10) for hs in out.values()}) == 1
+    assert out["constant"][0]["loss"][0] != out["constant"][1]["loss"][0]
+    # the base weights are frozen again after an adaptive run
+    assert all(not W.requires_grad for _, _, W in lora_layers(tiny_llama))
+    # reproducible
+    again = lora_sgd(tiny_llama, batches, 4, "adaptive2", eta0=0.5, seed=0, eval_batches=2)
+    assert again["loss"] == out["adaptive2"][0]["loss"]
+
+def test_lora_sgd_step_is_plain_sgd_on_the_adapters(tiny_llama):
+    batches = torch.randint(0, 128, (1, 2, 16), generator=torch.Generator().manual_seed(1))
+    reset_lora(tiny_llama, seed=5, b_init_std=0.1)
+    params = [p for A, B, _ in lora_layers(tiny_llama) for p in (A, B)]
+    before = [p.detach().clone() for p in params]
+    loss = tiny_llama(input_ids=batches[0], labels=batches[0]).loss
+    grads = torch.autograd.grad(loss, params)
+    h = lora_sgd(tiny_llama, batches, 1, "constant", alpha=0.3, seed=5, b_init_std=0.1, eval_batches=1)
+    order = torch.randperm(1, generator=torch.Generator().manual_seed(5))
+    assert h["loss"][0] == pytest.approx(loss.item(), abs=1e-6) and order.tolist() == [0]
+    for p, p0, g in zip(params, before, grads): assert torch.allclose(p.detach(), p0 - 0.3*g, atol=1e-6)
+
+def test_llm_errors(tiny_llama):
+    batches = torch.randint(0, 128, (2, 2, 8))
+    with pytest.raises(ValueError, match="exactly one of alpha and eta0"): lora_sgd(tiny_llama, batches, 1, "constant", alpha=0.1, eta0=0.1)
+    with pytest.raises(ValueError, match="theory step needs L"): lora_sgd(tiny_llama, batches, 1, "theory", alpha=0.1)
+    with pytest.raises(ValueError, match="batches must be"): lora_sgd(tiny_llama, batches[0], 1, "constant", alpha=0.1)
+    with pytest.raises(ValueError, match="no peft LoRA layers"): lora_layers(torch.nn.Linear(3, 3))
+    with pytest.raises(ValueError, match="must be a dict"): lora_llm_schedules(tiny_llama, batches, {"x": 0.1}, steps=1)
+
+def test_pydoc_text_and_real_smollm2_two_steps():
+    from maspob_etal.models import load_causal_lm
+    text = pydoc_text()
+    assert len(text) > 400_000 and "lambda" in text
+    model, tok = load_causal_lm()
+    batches = text_batches(tok, text[:6000], seq_len=32, batch_size=2)
+    assert batches.ndim == 3 and batches.shape[1:] == (2, 32)
+    with pytest.raises(ValueError, match="fewer than one batch"): text_batches(tok, "short", seq_len=32, batch_size=2)
+    out = lora_llm_schedules(model, batches, {"adaptive2": dict(schedule="adaptive2", eta0=0.3)}, steps=2, seeds=(0,), rank=32,
+                             eval_batches=1)
+    a = out["adaptive2"][0]
+    assert len(lora_layers(model)) == 60                               # q_proj and v_proj in 30 layers
+    assert 600 < a["V_sq"][0] < 700                                     # |A|^2 of Kaiming-uniform A dominates |V0|^2
+    assert a["alpha"] == pytest.approx(0.3*(a["V_sq"][0] + math.sqrt(a["loss"][0])), rel=1e-6)
+    assert a["eta"][0] == pytest.approx(0.3) and not a["diverged"]
+    assert math.isfinite(a["final_loss"]) and math.isfinite(a["init_loss"])
