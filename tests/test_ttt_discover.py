@@ -1,0 +1,289 @@
+"TTT-Discover (method 14): verifiers, known values, invariances, gradients, projection, entropic advantages, PUCT, fairness, LM policy."
+import json, math, os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from scipy.optimize import minimize
+
+from maspob_etal.ttt_discover import (
+    AC1, ERDOS, HPARAMS, KNOWN, KNOWN_SOURCES, OPS, LMPolicy, ProgramPolicy, PUCTArchive, ac1_smooth_grad, ac1_smooth_loss,
+    ac1_value, ac2_value, entropic_advantages, erdos_c5, erdos_smooth_grad, erdos_smooth_loss, haugland_51, kl_to_uniform,
+    load_construction, make_ac1, make_erdos, make_tiny_llama, mean_baseline_advantages, project_box_sum, run_program,
+    run_ttt_discover, smollm2_tokenizer, solve_beta, state_features, verify_ac1, verify_erdos, verify_file)
+
+HAUGLAND = 0.3809268534
+
+# ---------- Erdős: known values and invariances ----------
+@pytest.mark.parametrize("n", [10, 51, 200])
+def test_erdos_constant_half(n):
+    assert abs(erdos_c5(np.full(n, 0.5)) - 0.5) <= 1e-12
+    assert abs(verify_erdos(np.full(n, 0.5)) - 0.5) <= 1e-12
+
+def test_haugland_51_step_construction():
+    h = haugland_51()
+    assert len(h) == 51 and h.sum() == 25.5 and np.allclose(h, h[::-1])
+    assert abs(verify_erdos(h) - HAUGLAND) <= 1e-9
+    assert "Haugland" in KNOWN_SOURCES["erdos"]["human"] and KNOWN["erdos"]["human"] == 0.380927
+
+@pytest.mark.parametrize("r", [2, 4])
+def test_erdos_upsampling_and_reversal_invariant(r):
+    h = haugland_51()
+    assert abs(erdos_c5(np.repeat(h, r)) - erdos_c5(h)) <= 1e-12
+    assert abs(erdos_c5(h[::-1]) - erdos_c5(h)) <= 1e-12
+    x = ERDOS.init_state(np.random.default_rng(r))
+    assert abs(erdos_c5(x[::-1]) - erdos_c5(x)) <= 1e-12 and abs(ERDOS.value(np.repeat(x, r)) - erdos_c5(x)) <= 1e-12
+
+def test_erdos_verifier_rescales_and_rejects():
+    h = haugland_51()
+    assert abs(verify_erdos(0.9*h) - HAUGLAND) <= 1e-9                      # wrong sum: rescaled
+    with pytest.raises(ValueError, match=r"\[0, 1\]"): verify_erdos(np.r_[h[:-1], 1.5])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"): verify_erdos(np.r_[h[:-1], -0.1])
+    with pytest.raises(ValueError, match="after rescaling"): verify_erdos(np.r_[1.0, np.full(9, 0.1)])
+    with pytest.raises(ValueError, match="NaN"): verify_erdos(np.r_[h[:-1], np.nan])
+    with pytest.raises(ValueError, match="C5 mismatch"): verify_erdos(h, reported=HAUGLAND + 2e-4)
+    assert abs(verify_erdos(h, reported=HAUGLAND + 5e-5) - HAUGLAND) <= 1e-9
+    with pytest.raises(ValueError, match="1-D"): verify_erdos(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="empty"): verify_erdos([])
+    with pytest.raises(ValueError, match="sequence of numbers"): verify_erdos(["a", "b"])
+
+# ---------- AC1 ----------
+def test_ac1_values_and_invariances():
+    assert ac1_value(np.ones(100)) == 2.0 and ac1_value(np.full(7, 3.3)) == pytest.approx(2.0, abs=1e-12)
+    a = np.random.default_rng(0).uniform(0, 2, 40)
+    v = ac1_value(a)
+    assert ac1_value(5.0*a) == pytest.approx(v, abs=1e-12)
+    for r in (2, 3): assert ac1_value(np.repeat(a, r)) == pytest.approx(v, abs=1e-12)   # same step function, finer grid
+    assert ac1_value(a[::-1]) == pytest.approx(v, abs=1e-12)
+    b = a.copy(); b[[3, 7]] = -1.0; c = a.copy(); c[[3, 7]] = 0.0
+    assert ac1_value(b) == pytest.approx(ac1_value(c), abs=1e-12)           # negatives clipped to 0
+    with pytest.raises(ValueError, match="NaN or inf"): verify_ac1(np.r_[a, np.nan])
+    with pytest.raises(ValueError, match="sum"): verify_ac1(np.full(5, 1e-4))
+    with pytest.raises(ValueError, match="C1 mismatch"): verify_ac1(a, reported=v + 1e-3)
+    assert ac2_value(np.ones(10)) > 0
+
+# ---------- gradients ----------
+def _fd(f, x, eps=1e-6):
+    return np.array([(f(x + eps*e) - f(x - eps*e))/(2*eps) for e in np.eye(len(x))])
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_smooth_gradients_match_finite_differences(seed):
+    r = np.random.default_rng(seed)
+    h = r.uniform(0.05, 0.95, 13)
+    assert np.abs(erdos_smooth_grad(h, 0.05) - _fd(lambda z: erdos_smooth_loss(z, 0.05), h)).max() < 1e-7
+    a = r.uniform(0.1, 2.0, 13)
+    assert np.abs(ac1_smooth_grad(a, 0.05) - _fd(lambda z: ac1_smooth_loss(z, 0.05), a)).max() < 1e-7
+
+def test_fft_path_matches_direct():
+    h = ERDOS.project(np.random.default_rng(0).uniform(0, 1, 700))
+    assert ERDOS.value(h) == pytest.approx(erdos_c5(h), abs=1e-12)
+    g = erdos_smooth_grad(h, 1e-3)
+    n, dx = len(h), 2/len(h); c = np.correlate(h, 1 - h, "full")*dx
+    w = np.exp((c - c.max())/1e-3); w /= w.sum()
+    ref = dx*(np.convolve(w, 1 - h)[n-1:2*n-1] - np.convolve(w[::-1], h)[n-1:2*n-1])
+    assert np.abs(g - ref).max() < 1e-10
+
+# ---------- projection ----------
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 12), st.integers(0, 10_000), st.floats(0.1, 3.0))
+def test_projection_matches_slsqp(n, seed, spread):
+    y = np.random.default_rng(seed).normal(0.5, spread, n)
+    h = project_box_sum(y, n/2)
+    assert h.min() >= 0 and h.max() <= 1 and abs(h.sum() - n/2) <= 1e-9
+    assert np.abs(project_box_sum(h, n/2) - h).max() <= 1e-12              # idempotent
+    res = minimize(lambda z: 0.5*np.sum((z - y)**2), np.full(n, 0.5), jac=lambda z: z - y, method="SLSQP",
+                   bounds=[(0, 1)]*n, constraints=[{"type": "eq", "fun": lambda z: z.sum() - n/2}],
+                   options={"ftol": 1e-14, "maxiter": 500})
+    assert np.abs(h - res.x).max() <= 1e-5
+
+def test_projection_errors_and_simplex():
+    a = project_box_sum(np.random.default_rng(0).normal(0, 2, 50), 50.0, 0.0, np.inf)
+    assert a.min() >= 0 and abs(a.sum() - 50) <= 1e-9
+    with pytest.raises(ValueError, match="infeasible"): project_box_sum(np.zeros(4), 5.0)
+    with pytest.raises(ValueError, match="NaN or inf"): project_box_sum(np.array([0.5, np.nan]), 1.0)
+    with pytest.raises(ValueError, match="lo < hi"): project_box_sum(np.zeros(4), 1.0, 1.0, 1.0)
+
+# ---------- entropic advantages ----------
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(2.4, 2.7), min_size=2, max_size=16), st.floats(-5, 5))
+def test_entropic_advantage_properties(r, shift):
+    r = np.array(r)
+    if np.ptp(r) < 1e-9: return
+    b = solve_beta(r)
+    if b < 1e6: assert abs(kl_to_uniform(r, b) - math.log(2)) <= 1e-6
+    A = entropic_advantages(r)
+    order = np.argsort(r, kind="stable"); rs = r[order]; As = A[order]
+    strict = np.diff(rs) > 1e-12
+    assert np.all(np.diff(As)[strict] > 0)                                     # strictly order preserving
+    assert np.allclose(entropic_advantages(r + shift), A, atol=1e-6, rtol=1e-6)  # shift invariant
+
+def test_entropic_advantage_special_cases():
+    assert np.array_equal(entropic_advantages(np.full(8, 2.6)), np.zeros(8))
+    assert np.array_equal(entropic_advantages(np.array([3.0])), np.zeros(1))
+    r = np.array([2.61, 2.6, 2.63, 2.59]); e = np.exp(2.0*(r - r.max()))
+    assert np.allclose(entropic_advantages(r, beta=2.0), e/((e.sum() - e)/3) - 1, atol=1e-12)
+    assert np.allclose(mean_baseline_advantages(r), (r - r.mean())/(r.std() + 1e-8))
+    with pytest.raises(ValueError, match="finite"): entropic_advantages(np.array([1.0, np.nan]))
+
+# ---------- PUCT ----------
+def _arc(values, **kw):
+    return PUCTArchive([(np.array([float(i), 0.5]), v) for i, v in enumerate(values)], **kw)
+
+def test_puct_prior_and_q():
+    arc = _arc([-0.5, -0.4, -0.45, -0.6])
+    _, P, _ = arc.scores()
+    assert abs(P.sum() - 1) < 1e-12
+    by_value = np.argsort([-s.value for s in arc.states])
+    assert np.all(np.diff(P[by_value]) < 0)                                  # decreasing in rank
+    for s in arc.states: assert arc.Q(s) == s.value                          # unexpanded: own value
+
+def test_puct_update_backs_up_max_and_counts():
+    arc = _arc([-0.5, -0.4]); p = arc.states[0]
+    arc.update(p, [(np.array([9.0, 1.0]), -0.45), (np.array([9.0, 2.0]), -0.42), (np.array([9.0, 3.0]), -0.47), (None, None)])
+    assert arc.m[p.id] == -0.42 and arc.Q(p) == -0.42
+    assert arc.n[p.id] == 2 and arc.T == 2                                   # one expansion + one failed rollout
+    assert len(arc) == 4                                                     # top-2 children kept
+    child = [s for s in arc.states if s.parents][0]
+    arc.update(child, [(np.array([8.0, 1.0]), -0.41)])
+    assert arc.n[p.id] == 3 and arc.n[child.id] == 1                         # ancestors counted too
+
+def test_puct_bonus_strictly_decreases_with_visits():
+    arc = _arc([-0.5, -0.4, -0.45]); s = arc.states[0]; last = np.inf
+    for _ in range(5):
+        _, _, bonus = arc.scores(); i = arc.states.index(s)
+        assert bonus[i] < last; last = bonus[i]
+        arc.n[s.id] = arc.n.get(s.id, 0) + 1
+
+def test_puct_select_blocks_lineages():
+    arc = _arc([-0.5, -0.49, -0.48])
+    root = arc.states[0]
+    kids = arc.update(root, [(np.array([5.0, 1.0]), -0.30), (np.array([5.0, 2.0]), -0.31)])
+    arc.update(kids[0], [(np.array([6.0, 1.0]), -0.29)])
+    picked = arc.select(3)
+    for i, a in enumerate(picked):
+        for b in picked[i+1:]: assert b.id not in arc.lineage(a)
+    assert len(arc.select(10)) == 10                                          # filled up when too few are unrelated
+
+def test_puct_bounded_keeps_initial_and_dedups():
+    arc = _arc([-0.9, -0.95], max_size=6, topk_children=2)
+    r = np.random.default_rng(0)
+    for t in range(20):
+        p = arc.select(1)[0]
+        arc.update(p, [(r.uniform(0, 1, 2), -float(r.uniform(0.3, 0.8))) for _ in range(3)], step=t)
+        assert len(arc) <= 6 and sum(s.initial for s in arc.states) == 2
+    x = arc.states[-1].x.copy(); n0 = len(arc)
+    arc.update(arc.states[0], [(x, -0.1)])                                    # duplicate construction
+    assert len(arc) == n0
+    with pytest.raises(ValueError, match="initial state"): PUCTArchive([])
+
+def test_puct_length_limits():
+    arc = PUCTArchive([(np.ones(4), -1.0)], max_len=5, min_len=3)
+    assert arc.update(arc.states[0], [(np.ones(6), -0.5), (np.ones(2), -0.6)]) == []
+
+# ---------- programs ----------
+def test_run_program_never_worse_and_validates():
+    x = ERDOS.init_state(np.random.default_rng(0)); v0 = ERDOS.value(x)
+    for op in OPS:
+        xb, v = run_program(ERDOS, x, dict(op=op, log10_lr=0.5, log10_tau=-3, log10_sigma=-1.5), np.random.default_rng(1), 10)
+        assert v <= v0 + 1e-15 and abs(verify_erdos(xb) - v) < 1e-12
+    with pytest.raises(ValueError, match="'op' in"): run_program(ERDOS, x, dict(op="magic"), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="needs 'log10_sigma'"): run_program(ERDOS, x, dict(op="hill"), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="iters"): run_program(ERDOS, x, dict(op="hill", log10_sigma=-2), np.random.default_rng(0), -1)
+
+# ---------- the loop: fairness, modes, AC1, workers ----------
+KW = dict(steps=3, groups=2, group_size=4, iters=4)
+
+def test_frozen_baseline_fairness():
+    pol = ProgramPolicy(); before = {k: v.clone() for k, v in pol.state_dict().items()}
+    fr = run_ttt_discover(ERDOS, "frozen", seed=3, policy=pol, **KW)
+    assert all(torch.equal(v, pol.state_dict()[k]) for k, v in before.items())  # bit-identical
+    tt = run_ttt_discover(ERDOS, "ttt", seed=3, **KW)
+    ex = run_ttt_discover(ERDOS, "expected", seed=3, **KW)
+    assert fr["rollouts"] == tt["rollouts"] == ex["rollouts"] == 3*2*4
+    assert fr["initial_best"] == tt["initial_best"] == ex["initial_best"]
+    assert not torch.equal(tt["policy"].mu, ProgramPolicy().mu)
+    assert all(a >= b for a, b in zip(tt["curve"], tt["curve"][1:]))            # best-so-far is monotone
+    again = run_ttt_discover(ERDOS, "ttt", seed=3, **KW)
+    assert again["curve"] == tt["curve"] and np.array_equal(again["best_x"], tt["best_x"])  # seeded
+
+def test_workers_give_identical_results():
+    a = run_ttt_discover(ERDOS, "ttt", seed=1, **KW)
+    b = run_ttt_discover(ERDOS, "ttt", seed=1, workers=2, **KW)
+    assert a["curve"] == b["curve"] and np.array_equal(a["best_x"], b["best_x"])
+
+def test_ac1_and_mlp_policy_run():
+    p = make_ac1(max_len=1100, n_init=(1000, 1050))
+    r = run_ttt_discover(p, "ttt", seed=0, steps=2, groups=2, group_size=3, iters=3, policy=ProgramPolicy(state_independent=False), policy_lr=1e-2)
+    assert r["best_value"] <= 2.0 and r["rollouts"] == 12 and 1000 <= len(r["best_x"]) <= 1100
+    assert r["best_value"] == pytest.approx(verify_ac1(r["best_x"]), abs=1e-12)
+
+def test_run_arguments_are_checked():
+    with pytest.raises(ValueError, match="mode must be"): run_ttt_discover(ERDOS, "greedy")
+    with pytest.raises(ValueError, match="group_size must be"): run_ttt_discover(ERDOS, group_size=0)
+    with pytest.raises(ValueError, match="policy_lr"): run_ttt_discover(ERDOS, policy_lr=0)
+    with pytest.raises(FileNotFoundError, match="does not exist"): run_ttt_discover(ERDOS, construction_path="/no/such.json")
+    with pytest.raises(ValueError, match="max_len"): make_erdos(max_len=10)
+
+def test_construction_files(tmp_path):
+    h = haugland_51()
+    (tmp_path/"a.json").write_text(json.dumps({"sequence": h.tolist()}))
+    (tmp_path/"b.json").write_text(json.dumps(h.tolist()))
+    np.save(tmp_path/"c.npy", h)
+    (tmp_path/"d.txt").write_text(",".join(map(repr, h.tolist())))
+    for f in "a.json b.json c.npy d.txt".split(): assert abs(verify_file(tmp_path/f) - HAUGLAND) <= 1e-9
+    (tmp_path/"nan.json").write_text('{"sequence": [0.5, NaN]}')
+    with pytest.raises(ValueError, match="NaN"): verify_file(tmp_path/"nan.json")
+    (tmp_path/"keys.json").write_text('{"h": [0.5]}')
+    with pytest.raises(ValueError, match="sequence/construction"): load_construction(tmp_path/"keys.json")
+    with pytest.raises(ValueError, match="problem must be"): verify_file(tmp_path/"a.json", "ac9")
+
+OFFICIAL = os.environ.get("MASPOB_TTT_ERDOS_JSON", "")
+
+@pytest.mark.skipif(not (OFFICIAL and Path(OFFICIAL).is_file()),
+                    reason="set MASPOB_TTT_ERDOS_JSON to the official results/mathematics/ttt_erdos_sequence.json")
+def test_official_ttt_erdos_construction():
+    x = load_construction(OFFICIAL)
+    assert len(x) == 600 and abs(verify_file(OFFICIAL) - 0.3808753) <= 1e-7
+    r = run_ttt_discover(ERDOS, steps=0, construction_path=OFFICIAL)
+    assert abs(r["construction_value"] - 0.3808753) <= 1e-7 and r["best_value"] <= KNOWN["erdos"]["ttt_discover"]
+
+# ---------- the LM policy on a tiny random Llama ----------
+@pytest.fixture(scope="module")
+def tok():
+    n = torch.get_num_threads(); torch.set_num_threads(1)      # a tiny model gains nothing from threads, which only spin
+    yield smollm2_tokenizer()
+    torch.set_num_threads(n)
+
+def test_lm_policy_writes_parseable_programs(tok):
+    pol = LMPolicy(make_tiny_llama(len(tok)), tok, lora_r=4)
+    f = state_features(ERDOS, 0.39, 80, 0, 5)
+    acts = pol.sample(f, 6, torch.Generator().manual_seed(0))
+    for a in acts:
+        b = pol.codec.parse(a["text"])
+        assert b["op"] == a["op"] and all(abs(b[h] - a[h]) < 1e-9 for h in HPARAMS)
+        assert pol.codec.to_action(a["ids"])["op"] == a["op"]
+    lp = pol.log_prob(f, acts)
+    assert lp.shape == (6,) and torch.all(lp < 0)
+    lp.sum().backward()
+    grads = {n: p.grad for n, p in pol.named_parameters() if p.requires_grad}
+    assert grads and all("lora_" in n for n in grads) and any(g is not None and g.abs().sum() > 0 for g in grads.values())
+    assert acts == pol.sample(f, 6, torch.Generator().manual_seed(0))        # seeded
+    pol.use_cache = False                                                    # the KV cache changes nothing
+    assert acts == pol.sample(f, 6, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="cannot parse"): pol.codec.parse("op=9 lr=1")
+    with pytest.raises(ValueError, match="temperature"): LMPolicy(make_tiny_llama(len(tok)), tok, temperature=0)
+
+def test_lm_policy_ttt_trains_lora_and_frozen_does_not(tok):
+    out = {}
+    for mode in ("ttt", "frozen"):
+        pol = LMPolicy(make_tiny_llama(len(tok), seed=1), tok, lora_r=4, seed=1)
+        before = {n: p.detach().clone() for n, p in pol.named_parameters()}
+        r = run_ttt_discover(ERDOS, mode, seed=2, steps=2, groups=2, group_size=3, iters=2, policy=pol, policy_lr=1e-2)
+        changed = {n for n, p in pol.named_parameters() if not torch.equal(p, before[n])}
+        out[mode] = (r, changed)
+    assert out["frozen"][1] == set()
+    assert out["ttt"][1] and all("lora_" in n for n in out["ttt"][1])         # only the adapters move
+    assert out["ttt"][0]["rollouts"] == out["frozen"][0]["rollouts"] == 12
+    assert out["ttt"][0]["initial_best"] == out["frozen"][0]["initial_best"]
