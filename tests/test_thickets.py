@@ -1,0 +1,266 @@
+"Tests of maspob_etal.thickets (RandOpt / Neural Thickets): perturbations, selection, voting, ES, the 1D toy, LLM scoring."
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+from hypothesis import given, settings, strategies as st
+from torch import nn
+
+from maspob_etal.thickets import (ChoiceTask, Curves, SignalMLP, choice_predict, choice_reward, density_sweep, es_finetune,
+                                  es_update_, evaluate_population, expert_density, majority_vote, make_category_task,
+                                  make_compare_task, make_signals, mean_ensemble, neg_mse, param_noise, perturb_,
+                                  population_rollout, randopt, randopt_regression, restore_, rollout, rollout_predict,
+                                  sample_population, select_top_k, snapshot, specialization_index, tensor_seed)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+    from maspob_etal.models import _smollm2_cache, load_causal_lm
+    if not (_smollm2_cache()/"config.json").exists(): load_causal_lm()   # converts the GGUF once
+    t = AutoTokenizer.from_pretrained(_smollm2_cache(), local_files_only=True)
+    t.pad_token = t.pad_token or t.eos_token
+    return t
+
+@pytest.fixture(scope="module")
+def tiny_llama(tok):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, pad_token_id=tok.pad_token_id)
+    return LlamaForCausalLM(cfg).eval()
+
+# --- perturbations -----------------------------------------------------------------------------------------------
+
+def test_restore_is_bitwise_exact(tiny_llama):
+    base = snapshot(tiny_llama)
+    for s, sig in [(1, 1e-3), (2, 0.5), (3, 1e-7)]:
+        perturb_(tiny_llama, s, sig)
+        assert not all(torch.equal(p, base[k]) for k, p in tiny_llama.named_parameters())
+        restore_(tiny_llama, base)
+        assert all(torch.equal(p, base[k]) for k, p in tiny_llama.named_parameters())
+
+def test_perturbation_is_deterministic_and_seed_dependent(tiny_llama):
+    base = snapshot(tiny_llama)
+    w = lambda: {k: p.detach().clone() for k, p in tiny_llama.named_parameters()}
+    perturb_(tiny_llama, 5, 1e-2); a = w(); restore_(tiny_llama, base)
+    perturb_(tiny_llama, 5, 1e-2); b = w(); restore_(tiny_llama, base)
+    perturb_(tiny_llama, 6, 1e-2); c = w(); restore_(tiny_llama, base)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(not torch.equal(a[k], c[k]) for k in a)
+
+def test_noise_independent_across_same_shaped_tensors_unless_official(tiny_llama):
+    names = [n for n, _ in tiny_llama.named_parameters()]
+    j0, j1 = names.index("model.layers.0.mlp.up_proj.weight"), names.index("model.layers.1.mlp.up_proj.weight")
+    p = dict(tiny_llama.named_parameters())["model.layers.0.mlp.up_proj.weight"]
+    e0, e1 = param_noise(p, 9, j0).flatten(), param_noise(p, 9, j1).flatten()
+    assert abs(np.corrcoef(e0.numpy(), e1.numpy())[0, 1]) < 0.05
+    assert torch.equal(param_noise(p, 9, j0, official_seeding=True), param_noise(p, 9, j1, official_seeding=True))
+    # and through perturb_: the official quirk moves both layers identically
+    base = snapshot(tiny_llama)
+    perturb_(tiny_llama, 9, 0.1, official_seeding=True)
+    q = dict(tiny_llama.named_parameters())
+    d0 = q["model.layers.0.mlp.up_proj.weight"] - base["model.layers.0.mlp.up_proj.weight"]
+    d1 = q["model.layers.1.mlp.up_proj.weight"] - base["model.layers.1.mlp.up_proj.weight"]
+    assert torch.allclose(d0, d1, atol=1e-6)
+    restore_(tiny_llama, base)
+
+def test_noise_scale_is_sigma():
+    lin = nn.Linear(1000, 1000)
+    base = snapshot(lin)
+    perturb_(lin, 3, 0.01)
+    z = ((lin.weight - base["weight"])/0.01).detach()
+    assert abs(z.std().item() - 1) < 0.01 and abs(z.mean().item()) < 0.01
+    assert tensor_seed(3, 0) != tensor_seed(3, 1) and tensor_seed(3, 0, True) == tensor_seed(3, 1, True) == 3
+
+def test_skip_prefixes_and_bad_sigma():
+    m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    base = snapshot(m)
+    perturb_(m, 1, 0.1, skip_prefixes=("0.",))
+    assert torch.equal(m[0].weight, base["0.weight"]) and not torch.equal(m[1].weight, base["1.weight"])
+    with pytest.raises(ValueError, match="sigma must be a finite number >= 0"): perturb_(m, 1, -0.1)
+    with pytest.raises(ValueError, match="sigma must be"): perturb_(m, 1, float("nan"))
+    with pytest.raises(ValueError, match="pass snapshot"): restore_(m, {})
+
+# --- voting and selection ----------------------------------------------------------------------------------------
+
+def test_majority_vote_known_values():
+    assert majority_vote([["a", "b", "b"], ["a", "c", None]]) == ["a", "b", "b"]
+    assert majority_vote([[None, ""], [None, None]]) == [None, None]
+    assert majority_vote([["c"], ["d"], ["d"], ["c"]]) == ["c"]                       # 2-2 tie: first-ranked wins
+    with pytest.raises(ValueError, match="answers is empty"): majority_vote([])
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4).map(lambda h: 2*h + 1), st.integers(2, 5), st.integers(0, 2**31 - 1))
+def test_majority_vote_agrees_with_scipy_mode(K, V, s):
+    X = np.random.default_rng(s).integers(0, V, size=(K, 60))
+    cnt = np.stack([(X == v).sum(0) for v in range(V)])
+    X = X[:, (cnt == cnt.max(0)).sum(0) == 1]                                          # tie-free items only
+    if X.shape[1] == 0: return
+    assert majority_vote(X.tolist()) == scipy.stats.mode(X, axis=0).mode.tolist()
+
+def test_selection_is_sorted_and_stable():
+    r = [0.3, 0.7, 0.7, 0.1, 0.7, 0.3]
+    assert select_top_k(r).tolist() == [1, 2, 4, 0, 5, 3]
+    assert select_top_k(r, 2).tolist() == [1, 2]
+    with pytest.raises(ValueError, match="K must be between 1 and N=6"): select_top_k(r, 7)
+
+def _lin_task():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(80, 4, generator=g); y = (X[:, 0] - X[:, 1] > 0).long()
+    predict = lambda m, items: m(items[0]).argmax(1).tolist()
+    reward = lambda preds, items: (torch.tensor(preds) == items[1]).float().numpy()
+    return nn.Linear(4, 2), predict, reward, [X[:40], y[:40]], [X[40:], y[40:]]
+
+def test_randopt_selection_topk_and_K_equals_N():
+    m, predict, reward, tr, te = _lin_task()
+    before = snapshot(m)
+    r = randopt(m, predict, reward, tr, te, N=10, sigmas=[0.2, 0.5], top_k=[1, 4, 10], seed=3)
+    assert all(torch.equal(p, before[k]) for k, p in m.named_parameters())               # left unchanged
+    rew = [c.reward for c in r["candidates"]]
+    assert rew == sorted(rew, reverse=True) and len(rew) == 10
+    assert {c.seed for c in r["candidates"][:4]} <= set(r["seeds"].tolist())
+    # K = N: the vote over every member, recomputed by hand
+    answers = []
+    for c in r["candidates"]:
+        perturb_(m, c.seed, c.sigma); answers.append(predict(m, te)); restore_(m, before)
+    assert r["ensemble_test"][10] == pytest.approx(reward(majority_vote(answers), te).mean())
+    assert r["ensemble_test"][1] == r["top1_test"]
+    assert set(r["sigma_mean"]) <= {0.2, 0.5} and r["best_sigma"] in r["sigma_mean"]
+
+def test_randopt_bad_input():
+    m, predict, reward, tr, te = _lin_task()
+    with pytest.raises(ValueError, match="between 1 and N=3"): randopt(m, predict, reward, tr, te, N=3, sigmas=[0.1], top_k=[5])
+    with pytest.raises(ValueError, match="sigma must be"): randopt(m, predict, reward, tr, te, N=3, sigmas=[-1e-3], top_k=[1])
+    with pytest.raises(ValueError, match="train is empty"): randopt(m, predict, reward, [], te, N=3, sigmas=[0.1], top_k=[1])
+    with pytest.raises(ValueError, match="test is empty"): randopt(m, predict, reward, tr, [], N=3, sigmas=[0.1], top_k=[1])
+    with pytest.raises(ValueError, match="ensemble must be"): randopt(m, predict, reward, tr, te, N=3, sigmas=[0.1], ensemble="max")
+    with pytest.raises(ValueError, match="N must be"): sample_population(0, [0.1])
+
+def test_sample_population_matches_official_recipe():
+    seeds, sig = sample_population(50, [5e-4, 1e-3, 2e-3], seed=42)
+    rng = np.random.default_rng(42)
+    assert seeds.tolist() == rng.choice(2**31, size=50, replace=False).tolist()
+    assert sig.tolist() == rng.choice([5e-4, 1e-3, 2e-3], size=50).tolist()
+
+# --- LLM path on a tiny random Llama --------------------------------------------------------------------------------
+
+def test_sigma_zero_ensemble_equals_base(tok, tiny_llama):
+    tr = ChoiceTask(tok, make_compare_task(6, seed=1, shots=0)); te = ChoiceTask(tok, make_category_task(6, seed=2, split="test"))
+    r = randopt(tiny_llama, choice_predict, choice_reward, tr, te, N=3, sigmas=[0.0], top_k=[1, 3])
+    assert r["ensemble_test"] == {1: r["base_test"], 3: r["base_test"]}
+    assert np.allclose(r["rewards"], r["base_train"])
+
+def test_choice_scores_agree_with_loglik(tok, tiny_llama):
+    from maspob_etal.models import loglik
+    items = make_compare_task(3, seed=0, shots=1) + make_category_task(3, seed=0)
+    task = ChoiceTask(tok, items, batch_size=4)
+    first = lambda c: c[0] if c.isdigit() else c                                       # "37" -> "3": one token, as scored
+    ll = loglik(tiny_llama, tok, [it["prompt"] for it in items for _ in it["choices"]], [first(c) for it in items for c in it["choices"]])
+    assert torch.allclose(task.scores(tiny_llama).flatten(), torch.tensor(ll, dtype=torch.float32), atol=1e-4)
+    preds = task.predict(tiny_llama)
+    assert all(p in it["choices"] for p, it in zip(preds, items))
+    assert task.reward([it["answer"] for it in items]).tolist() == [1.0]*6
+    assert task.reward([None]*6).tolist() == [0.0]*6
+
+def test_choice_task_with_varying_number_of_choices(tok, tiny_llama):
+    items = [dict(prompt="Q: Is a cow an animal or a vehicle?\nA:", choices=[" animal", " vehicle"], answer=" animal"),
+             dict(prompt="Q: Pick one.\nA:", choices=[" animal", " vehicle", " tram"], answer=" tram")]
+    task = ChoiceTask(tok, items)
+    s = task.scores(tiny_llama)
+    assert [len(x) for x in s] == [2, 3]
+    assert all(p in it["choices"] for p, it in zip(task.predict(tiny_llama), items))
+
+def test_choice_task_bad_input(tok):
+    with pytest.raises(ValueError, match="share their first token"):
+        ChoiceTask(tok, [dict(prompt="Q: 12 or 17?\nA: ", choices=["12", "17"], answer="17")])
+    with pytest.raises(ValueError, match="not one of its choices"):
+        ChoiceTask(tok, [dict(prompt="Q:", choices=[" a", " b"], answer=" c")])
+    with pytest.raises(ValueError, match="items is empty"): ChoiceTask(tok, [])
+    with pytest.raises(ValueError, match="needs keys"): ChoiceTask(tok, [dict(prompt="x")])
+
+def test_es_runs_on_a_causal_lm_and_restores(tok, tiny_llama):
+    tr = ChoiceTask(tok, make_category_task(4, seed=3, split="train"))
+    base = snapshot(tiny_llama)
+    margin = lambda s, task: (s[:, 0] - s[:, 1]).numpy()          # a continuous reward, so the population's rewards differ
+    h = es_finetune(tiny_llama, lambda m, task: task.scores(m), margin, tr, sigma=1e-2, alpha=1e-2, population=3, iterations=2, seed=1)
+    assert h["n_evals"] == 6 and len(h["mean_reward"]) == 2
+    assert not all(torch.equal(p, base[k]) for k, p in tiny_llama.named_parameters())  # ES moved the weights
+    restore_(tiny_llama, base)
+
+def test_task_generators():
+    for it in make_compare_task(50, seed=4, shots=2):
+        a, b = map(int, it["choices"])
+        assert a//10 != b//10 and it["answer"] == str(max(a, b)) and it["prompt"].endswith("A: ")
+    tr, te = make_category_task(200, seed=0, split="train"), make_category_task(200, seed=0, split="test")
+    words = lambda items: {it["prompt"].split("Is ")[1].split(" ")[1] for it in items}
+    assert words(tr).isdisjoint(words(te))
+    with pytest.raises(ValueError, match="split must be"): make_category_task(3, split="valid")
+
+# --- ES, density ---------------------------------------------------------------------------------------------------
+
+def test_es_update_known_value():
+    m = nn.Linear(5, 3); th0 = snapshot(m)
+    R = np.array([1.0, 0.0]); z = (R - R.mean())/(R.std() + 1e-8)                      # (+1, -1) up to 1e-8
+    es_update_(m, [101, 202], z, alpha=0.2)
+    for j, (k, p) in enumerate(m.named_parameters()):
+        want = th0[k] + 0.2/2*(param_noise(p, 101, j) - param_noise(p, 202, j))
+        assert torch.allclose(p.detach(), want, atol=1e-6)
+    with pytest.raises(ValueError, match="one coefficient per seed"): es_update_(m, [1, 2], [1.0], 0.1)
+
+def test_expert_density_and_specialization():
+    assert expert_density([0.25, 0.5, 0.75, 1.0], 0.5) == 0.75
+    assert expert_density([0.25, 0.5, 0.75, 1.0], 0.5, margin=0.25) == 0.5               # 0.75 >= 0.5 + 0.25 counts (>=)
+    assert expert_density([0.5], 0.5) == 1.0
+    with pytest.raises(ValueError, match="rewards is empty"): expert_density([], 0.0)
+    with pytest.raises(ValueError, match="margin must be"): expert_density([0.1], 0.0, margin=-0.1)
+    assert specialization_index(np.outer([1.0, -2.0, 0.5], np.arange(5.0))) == pytest.approx(0.0, abs=1e-12)
+    assert specialization_index(np.eye(3)) == pytest.approx(0.5)
+
+# --- 1D toy --------------------------------------------------------------------------------------------------------
+
+def test_make_signals_hand_checked():
+    x = -2.5 + 0.1*np.arange(70)
+    assert torch.allclose(make_signals("one_sinusoid", 1).ctx[0], torch.tensor(0.5*np.sin(4*x[:10]), dtype=torch.float32), atol=1e-6)
+    assert torch.allclose(make_signals("one_line", 1).fut[0], torch.tensor(-0.25*x[10:], dtype=torch.float32), atol=1e-6)
+    assert torch.allclose(make_signals("one_squarewave", 1).fut[0], torch.tensor(0.3*np.tanh(5*np.sin(4*x[10:])), dtype=torch.float32), atol=1e-6)
+    c = make_signals("line", 100, rng=0)
+    y = torch.cat([c.ctx, c.fut], 1)
+    assert torch.allclose(y[:, 1:] - y[:, :-1], (y[:, 1] - y[:, 0])[:, None].expand(-1, 69), atol=1e-5)  # straight lines
+    s = make_signals("sinusoid", 2000, rng=1)
+    assert 1.2 < float(torch.cat([s.ctx, s.fut], 1).max()) <= 1.7                       # amp <= 1.2, offset <= 0.5
+    with pytest.raises(ValueError, match="unknown signal family"): make_signals("noise", 2)
+    with pytest.raises(ValueError, match="must be >= 1"): make_signals("line", 0)
+
+def test_rollout_and_mean_ensemble():
+    m = SignalMLP(width=16, seed=1)
+    c = make_signals("sinusoid", 5, fut=7, rng=2)
+    with torch.no_grad(): assert torch.allclose(rollout(m, c.ctx, 1)[:, 0], m(c.ctx))
+    r = rollout(m, c.ctx, 3)
+    with torch.no_grad():
+        y1 = m(c.ctx); y2 = m(torch.cat([c.ctx[:, 1:], y1[:, None]], 1))
+    assert torch.allclose(r[:, 1], y2)
+    p = rollout_predict(m, c)
+    assert torch.allclose(mean_ensemble([p, p, p]), p)
+    assert np.allclose(neg_mse(c.fut, c), 0)
+
+def test_population_rollout_matches_loop_and_randopt_regression():
+    m = SignalMLP(width=32, seed=0)
+    c = make_signals("mixed", 6, fut=12, rng=3)
+    pop = [(1, 0.01), (2, 0.03), (1, 0.0)]
+    for a, b in zip(evaluate_population(m, pop, c, rollout_predict), population_rollout(m, pop, c, chunk=2)):
+        assert torch.allclose(a, b, atol=1e-5)
+    post, test = make_signals("sinusoid", 8, fut=12, rng=4), make_signals("sinusoid", 8, fut=12, rng=5)
+    fast = randopt_regression(m, post, test, N=5, K=[1, 3], sigma=0.02, seed=1)
+    slow = randopt(m, rollout_predict, neg_mse, post, test, N=5, sigmas=[0.02], top_k=[1, 3], seed=1, ensemble="mean")
+    assert [c.seed for c in fast["candidates"]] == [c.seed for c in slow["candidates"]]
+    assert fast["ensemble_mse"][3] == pytest.approx(-slow["ensemble_test"][3], rel=1e-4)
+    assert fast["ensemble_mse"][1] == pytest.approx(fast["top1_mse"])
+
+def test_density_sweep_sigma_zero_and_types():
+    m = SignalMLP(width=16, seed=0)
+    c = make_signals("sinusoid", 4, fut=5, rng=0)
+    d = density_sweep(m, rollout_predict, neg_mse, c, [0.0, 0.05], M=3, margin=0.1, relative=True)
+    assert d["density"][0.0] == 0.0 and 0.0 <= d["density"][0.05] <= 1.0
+    with pytest.raises(TypeError, match="needs a SignalMLP"): next(population_rollout(nn.Linear(10, 1), [(1, 0.1)], c))
+    with pytest.raises(ValueError, match="init must be"): SignalMLP(init="zeros")
