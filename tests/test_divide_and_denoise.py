@@ -1,0 +1,315 @@
+"Tests of `maspob_etal.divide_and_denoise` (method card 04 §6 and issue 5); CPU only, tiny untrained UNets where no training is needed."
+import numpy as np
+import pytest
+import torch
+from diffusers import DDIMPipeline, DDPMScheduler
+from threadpoolctl import threadpool_limits
+
+from maspob_etal.divide_and_denoise import (
+    Concept, Detection, DivideAndDenoiseSampler, Expert, MiniGenEval, allocation_masks, allocation_values, alignment_energy,
+    alignment_step, check_against_lp, check_utilities, evaluate_detections, expert_utilities, fair_share_violation_rate,
+    fixed_layout, initial_noise, is_allocation, is_envy_free, is_proportional, load_expert, make_expert_unet, predict_x0,
+    random_objects, relative_position, render_scene, sample_argmax_allocation, sample_average, sample_composable,
+    sample_multidiffusion_fixed, sample_single, saliency_utility, save_expert, shape_coverage, solve_fair_division,
+    solve_fair_division_entropic, solve_fair_division_lp, task_spec, train_expert)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    "These models are tiny, and two OpenMP threads on a shared 2-core CPU ran up to 50x slower than one."
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    with threadpool_limits(1): yield
+    torch.set_num_threads(n)
+
+def _tiny(seed, kind="sample", concept=Concept()):
+    torch.manual_seed(seed)
+    return Expert(make_expert_unet(8, (8, 16)).eval().requires_grad_(False), DDPMScheduler(prediction_type=kind), concept)
+
+@pytest.fixture(scope="module")
+def experts():
+    "Two different tiny random experts (8x8, x0-prediction) and one epsilon-prediction expert."
+    return _tiny(0, concept=Concept("circle", "red")), _tiny(1, concept=Concept("square", "blue")), _tiny(2, "epsilon")
+
+def _normalised(U): return U/U.sum(-1, keepdims=True)
+
+def _instances(n=20, N=64, seed=0):
+    "Random utilities, K in {2, 3}, with a dominant/concentrated case every fourth instance."
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        K = (2, 3)[i % 2]; U = rng.exponential(1.0, (K, N))
+        if i % 4 == 0: U[0] *= 0.05; U[0, :5] += 3.0           # model 0 concentrated: proportionality binds
+        if i % 4 == 1: U = U**3
+        out.append(_normalised(U))
+    return out
+
+def _collisions(K):
+    "All models want the middle of a 16x16 canvas, with slightly different spreads."
+    yy, xx = np.mgrid[:16, :16]
+    widths = {2: [(8, 12), (6, 9), (4, 6), (10, 11)], 3: [(8, 12, 10), (6, 9, 7), (5, 5.5, 6)]}[K]
+    return [_normalised(np.stack([np.exp(-((yy - 8)**2 + (xx - 8)**2)/w) for w in ws]).reshape(K, -1)) for ws in widths]
+
+# ---------------------------------------------------------------- the fair-division LP
+
+@pytest.mark.parametrize("kind", ["proportional", "envy_free"])
+def test_lp_invariants_and_optimality(kind):
+    rng = np.random.default_rng(1)
+    for K in (1, 2, 3, 4):
+        U = _normalised(rng.exponential(1.0, (K, 32)))
+        A, lam, info = solve_fair_division_lp(U, kind)
+        assert (A >= -1e-9).all() and np.allclose(A.sum(0), 1, atol=1e-8)
+        assert is_proportional(A, U) and (kind != "envy_free" or is_envy_free(A, U))
+        assert info["objective"] >= 1 - 1e-9                                    # >= the equal split (objective 1)
+        assert (lam >= 0).all()
+    # the optimum beats 100 random feasible fair allocations (random vertices of the same polytope)
+    from scipy.optimize import linprog
+    from scipy import sparse
+    K, N = 3, 24
+    U = _normalised(rng.exponential(1.0, (K, N)))
+    A_star, _, info = solve_fair_division_lp(U, kind)
+    A_eq = sparse.kron(np.ones((1, K)), sparse.eye(N))
+    rows = [np.r_[np.zeros(k*N), -U[k], np.zeros((K - k - 1)*N)] for k in range(K)]
+    b = list(-U.sum(1)/K)
+    if kind == "envy_free":
+        for k in range(K):
+            for j in range(K):
+                if j != k:
+                    r = np.zeros(K*N); r[j*N:(j + 1)*N] += U[k]; r[k*N:(k + 1)*N] -= U[k]; rows.append(r); b.append(0.)
+    for _ in range(100):
+        res = linprog(rng.normal(size=K*N), A_ub=np.array(rows), b_ub=b, A_eq=A_eq, b_eq=np.ones(N), bounds=(0, 1), method="highs")
+        A_r = res.x.reshape(K, N)
+        assert is_proportional(A_r, U, tol=1e-7)
+        assert info["objective"] >= float(allocation_values(A_r, U).sum()) - 1e-9
+
+@pytest.mark.parametrize("solver", ["lp", "entropic"])
+def test_closed_forms(solver):
+    rng = np.random.default_rng(2)
+    A, _, _ = solve_fair_division(rng.random((1, 10)), solver=solver)                  # (a) K = 1
+    assert np.allclose(A, 1)
+    U = np.full((2, 64), 1e-4); U[0, :20] = 1; U[1, 40:] = 1; U = _normalised(U)        # (b) disjoint supports
+    A, _, _ = solve_fair_division(U, solver=solver)
+    assert A[0, :20].min() > 0.99 and A[1, 40:].min() > 0.99
+    U = _normalised(np.tile(rng.random(64), (3, 1)))                                    # (c) identical utilities
+    A, _, info = solve_fair_division(U, solver=solver)
+    assert abs(info["objective"] - 1) < 1e-9 and is_proportional(A, U, tol=1e-9)
+    U = rng.random((3, 64))                                                              # (d) no fairness: per-cell argmax
+    A, _, _ = solve_fair_division(U, "none", solver=solver)
+    assert (A.argmax(0) == U.argmax(0)).all() and np.allclose(A.sum(0), 1)
+
+def test_batched_solver_agrees_with_the_lp():
+    for U in _instances() + _collisions(2):
+        _, _, lp = solve_fair_division(U, solver="lp")
+        A, _, en = solve_fair_division(U, solver="entropic")
+        assert (lp["objective"] - en["objective"])/lp["objective"] < 1e-3, (U.shape, lp["objective"], en["objective"])
+        assert is_proportional(A, U, tol=1e-9) and is_allocation(A)
+    for U in _collisions(3):                                                            # three models fighting for the middle
+        _, _, lp = solve_fair_division(U, solver="lp"); A, _, en = solve_fair_division(U, solver="entropic")
+        assert (lp["objective"] - en["objective"])/lp["objective"] < 5e-3 and is_proportional(A, U, tol=1e-9)
+
+def test_batched_solver_is_batched_and_warm_starts():
+    Us = np.stack([u for u in _instances(8) if u.shape[0] == 2])
+    A, lam, info = solve_fair_division(torch.tensor(Us))
+    assert A.shape == Us.shape and lam.shape == (len(Us), 2) and info["objective"].shape == (len(Us),)
+    for b in range(len(Us)):                                                            # batched = one at a time
+        assert torch.allclose(A[b], torch.as_tensor(solve_fair_division(Us[b])[0]), atol=1e-9)
+    A2, _, info2 = solve_fair_division(torch.tensor(Us), lam0=lam, iters=50)
+    assert is_proportional(A2, Us, tol=1e-9)
+
+def test_envy_free_entropic_and_alpha():
+    for U in _instances(6, N=32):
+        A, _, _ = solve_fair_division_entropic(U, "envy_free", iters=600)
+        assert is_envy_free(A, U, tol=2e-3)
+        A, _, _ = solve_fair_division(U, alpha=0.5)
+        assert is_proportional(A, U, alpha=0.5, tol=1e-9)
+
+def test_bad_utilities_and_alpha_raise_clear_errors():
+    U = _normalised(np.random.default_rng(0).random((2, 16)))
+    for bad in (np.ones(5), np.ones((1, 2, 3, 4))):
+        with pytest.raises(ValueError, match=r"\(K, N\) or \(B, K, N\)"): solve_fair_division(bad)
+    with pytest.raises(ValueError, match="finite and non-negative"): solve_fair_division(-U)
+    with pytest.raises(ValueError, match="finite and non-negative"): solve_fair_division(U*np.nan)
+    with pytest.raises(ValueError, match="positive total"): check_utilities(np.zeros((2, 4)))
+    for a in (0, 1.5, -0.2):
+        with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\]"): solve_fair_division(U, alpha=a)
+    with pytest.raises(ValueError, match="must be one of"): solve_fair_division(U, kind="nash")
+    with pytest.raises(ValueError, match="solver must be"): solve_fair_division(U, solver="simplex")
+    with pytest.raises(TypeError, match="numpy array or torch tensor"): solve_fair_division([[1.0, 2.0]])
+
+# ---------------------------------------------------------------- utility, masks, guidance
+
+def test_saliency_finds_the_object_at_low_noise():
+    rng = np.random.default_rng(3)
+    ious = []
+    for _ in range(30):
+        objs = random_objects([Concept("circle"), Concept("square")], 16, rng)
+        x0 = torch.from_numpy(render_scene(objs, 16))
+        ab = float(DDPMScheduler().alphas_cumprod[1])
+        noise = torch.randn(3, 16, 16, generator=torch.Generator().manual_seed(0))
+        x_t = ab**0.5*x0 + (1 - ab)**0.5*noise
+        u = saliency_utility(predict_x0(x_t, noise, ab)[None, None], blur_sigma=0.0)  # oracle noise prediction
+        assert torch.allclose(u.sum(-1), torch.ones(1, 1, dtype=u.dtype), atol=1e-6)
+        true = shape_coverage([o[0] for o in objs], [o[2] for o in objs], [o[3] for o in objs], 16).max(0).reshape(-1) > 0.5
+        pred = (u[0, 0] > 0.5*u.max()).numpy()
+        ious.append((pred & true).sum()/(pred | true).sum())
+    assert min(ious) > 0.8, ious
+
+def test_masks_are_distributions(experts):
+    A = torch.rand(3, 2, 16).softmax(1)
+    M = allocation_masks(A, (8, 8), patch=2, blur=1.0)
+    assert M.shape == (3, 2, 8, 8) and torch.allclose(M.sum(1), torch.ones(3, 8, 8), atol=1e-6) and (M >= 0).all()
+    with pytest.raises(ValueError, match="cells"): allocation_masks(A, (8, 8), patch=1)
+
+def test_alignment_gradient_and_descent(experts):
+    toy = [lambda x, t: 0.3*x + 0.1, lambda x, t: -0.5*x + 0.2]                      # 2-cell toy, finite differences
+    A = torch.tensor([[[0.8, 0.2], [0.2, 0.8]]], dtype=torch.float64)
+    E = lambda x: alignment_energy(A, expert_utilities(toy, x, 10, 0.7, blur_sigma=0)[1])
+    assert torch.autograd.gradcheck(E, (torch.tensor([[[[0.3, -0.4]]]], dtype=torch.float64, requires_grad=True),))
+    ex = experts[:2]
+    x = initial_noise(6, (3, 8, 8), 5)
+    for t in (800, 400, 100):
+        ab = float(ex[0].alphas_cumprod[t])
+        _, U = expert_utilities(ex, x, t, ab)
+        A, _, _ = solve_fair_division(U.double())
+        x1, E0 = alignment_step(ex, x, t, ab, A, gamma=0.01)
+        E1 = alignment_energy(A, expert_utilities(ex, x1, t, ab)[1])
+        assert (E1 < E0).all(), (t, E0, E1)
+
+# ---------------------------------------------------------------- the sampler and the shared DDIM loop
+
+@pytest.mark.parametrize("idx", [0, 2])
+def test_ddim_loop_matches_diffusers_ddim_pipeline(experts, idx):
+    ex = experts[idx]
+    ours = sample_single(ex, 3, 7, num_steps=10)
+    pipe = DDIMPipeline(unet=ex.unet, scheduler=ex.scheduler)
+    pipe.set_progress_bar_config(disable=True)
+    ref = pipe(batch_size=3, generator=torch.Generator().manual_seed(7), num_inference_steps=10, eta=0.0, output_type="np").images
+    assert np.allclose((ours/2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).numpy(), ref, atol=1e-4)
+
+def test_sampler_reductions(experts):
+    a, b, _ = experts
+    one = sample_single(b, 2, 4, num_steps=6)
+    onehot = torch.zeros(2, 64); onehot[1] = 1                                        # (a) all cells to expert 1
+    x = DivideAndDenoiseSampler([a, b], num_steps=6, guidance_scale=0, mask_blur=0, fixed_allocation=onehot).sample(2, 4)
+    assert torch.allclose(x, one, atol=1e-5)
+    for kw in (dict(guidance_scale=0), dict(guidance_scale=0.1)):                     # a single expert with the allocation
+        assert torch.allclose(DivideAndDenoiseSampler([b], num_steps=6, **kw).sample(2, 4), one, atol=1e-5)
+    for K in (2, 3):                                                                  # (b) K copies of one expert
+        copies = [b]*K
+        assert torch.allclose(DivideAndDenoiseSampler(copies, num_steps=6, guidance_scale=0).sample(2, 4), one, atol=1e-5)
+        assert torch.allclose(sample_average(copies, 2, 4, 6), one, atol=1e-5)
+        assert torch.allclose(sample_multidiffusion_fixed(copies, 2, 4, 6), one, atol=1e-5)
+        assert torch.allclose(sample_argmax_allocation(copies, 2, 4, 6, guidance_scale=0), one, atol=1e-5)
+    assert torch.allclose(sample_composable(a, [b], 2, 4, 6, w=1.0), one, atol=1e-4)  # Composable Diffusion, w = 1
+    assert torch.allclose(sample_composable(a, [b], 2, 4, 6, w=0.0), sample_single(a, 2, 4, 6), atol=1e-4)
+
+def test_sampler_trace_is_fair_and_reproducible(experts):
+    s = DivideAndDenoiseSampler(experts[:2], num_steps=5, guidance_scale=0.1)
+    x, tr = s.sample(3, [0, 1], return_trace=True)
+    assert x.shape == (6, 3, 8, 8) and tr["A"].shape == (5, 6, 2, 64)
+    assert is_allocation(tr["A"], atol=1e-5)                                          # a distribution over models per pixel
+    assert fair_share_violation_rate(tr, tol=1e-6) == 0
+    df = check_against_lp(tr, n=2)
+    assert df.lp_fair.all() and df.sampler_fair.all() and df.rel_gap.max() < 5e-3
+    assert torch.equal(x, s.sample(3, [0, 1]))                                       # same seed, same numbers
+    x_none, tr_none = sample_argmax_allocation(experts[:2], 3, [0, 1], 5, return_trace=True)
+    assert ((tr_none["A"] == 0) | (tr_none["A"] == 1)).all()
+
+def test_sampler_options(experts):
+    ex = experts[:2]
+    x, tr = DivideAndDenoiseSampler(ex, num_steps=6, freeze_frac=0.5, guidance_scale=0).sample(2, 0, return_trace=True)
+    assert torch.equal(tr["A"][3], tr["A"][5])                                        # frozen after half of the steps
+    x, tr = DivideAndDenoiseSampler(ex, num_steps=4, smoothing=0.5, n_align=2, patch=2).sample(2, 0, return_trace=True)
+    assert tr["A"].shape == (4, 2, 2, 16) and is_allocation(tr["A"], atol=1e-5)
+    x, tr = DivideAndDenoiseSampler(ex, num_steps=3, solver="lp", fairness="envy_free").sample(2, 0, return_trace=True)
+    assert is_envy_free(tr["A"].double(), tr["U"].double(), tol=1e-5)
+
+def test_sampler_bad_input(experts):
+    a, b, _ = experts
+    with pytest.raises(ValueError, match="fixed_allocation must be"): DivideAndDenoiseSampler([a, b], fixed_allocation=torch.ones(3, 64))
+    with pytest.raises(ValueError, match="sum to 1"): DivideAndDenoiseSampler([a, b], fixed_allocation=torch.ones(2, 64))
+    odd = Expert(a.unet, DDPMScheduler(beta_schedule="squaredcos_cap_v2"))
+    with pytest.raises(ValueError, match="different noise schedules"): DivideAndDenoiseSampler([a, odd])
+    with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\]"): DivideAndDenoiseSampler([a, b], alpha=2)
+    with pytest.raises(ValueError, match="patch=3 must divide"): DivideAndDenoiseSampler([a, b], patch=3)
+    with pytest.raises(ValueError, match="smoothing"): DivideAndDenoiseSampler([a, b], smoothing=0)
+    with pytest.raises(ValueError, match="non-negative int"): sample_single(a, 2, -1)
+    with pytest.raises(ValueError, match="layout must be"): fixed_layout(2, 8, "diagonal")
+
+# ---------------------------------------------------------------- experts on disk
+
+def test_train_save_load_roundtrip(tmp_path):
+    ex = train_expert(Concept("triangle", "green"), 8, steps=3, batch=4, channels=(8, 16), n_train=8, cache_dir=tmp_path)
+    assert (tmp_path/"green_triangle"/"model_index.json").exists() and ex.info["steps"] == 3
+    again = train_expert(Concept("triangle", "green"), 8, steps=3, batch=4, channels=(8, 16), n_train=8, cache_dir=tmp_path)
+    x = torch.randn(2, 3, 8, 8)
+    assert torch.allclose(again.eps(x, 300), ex.eps(x, 300), atol=1e-6) and again.concept == ex.concept
+    ex.unet.save_pretrained(tmp_path/"bare_unet")                                    # any diffusers UNet on disk
+    bare = load_expert(tmp_path/"bare_unet", Concept("triangle"))
+    assert bare.concept == Concept("triangle") and bare.eps(x, 300).shape == x.shape
+    with pytest.raises(FileNotFoundError, match="does not exist"): load_expert(tmp_path/"missing")
+    (tmp_path/"empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither model_index.json"): load_expert(tmp_path/"empty")
+
+def test_bad_data_and_model_arguments():
+    with pytest.raises(ValueError, match="unknown shape"): Concept("star")
+    with pytest.raises(ValueError, match="unknown colour"): Concept(color="pink")
+    with pytest.raises(ValueError, match="unknown colour"): render_scene([("circle", "pink", (4, 4), 4)], 8)
+    with pytest.raises(ValueError, match="divisible by"): make_expert_unet(18, (16, 32, 64))
+    with pytest.raises(ValueError, match="steps and batch"): train_expert(Concept(), 8, steps=0, batch=4)
+    with pytest.raises(ValueError, match="unknown tag"): task_spec("position", [Concept("circle")])
+    with pytest.raises(RuntimeError, match="not fitted"): MiniGenEval().detect(torch.zeros(3, 8, 8))
+    with pytest.raises(ValueError, match=r"\(B, K, C, H, W\)"): saliency_utility(torch.zeros(2, 3, 8, 8))
+
+# ---------------------------------------------------------------- MiniGenEval
+
+@pytest.fixture(scope="module", params=[16, 32])
+def evaluator(request):
+    return request.param, MiniGenEval().fit(request.param, seed=0, n=3000)
+
+def _scenes(concepts, res, n, seed):
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(np.stack([render_scene(random_objects(concepts, res, rng), res) for _ in range(n)]))
+
+def test_minigeneval_on_rendered_scenes(evaluator):
+    res, ev = evaluator
+    rc, bs, gt = Concept("circle", "red"), Concept("square", "blue"), Concept("triangle", "green")
+    cases = [("single_object", [Concept("triangle")]), ("colors", [gt]), ("two_object", [Concept("circle"), Concept("square")]),
+             ("color_attr", [rc, bs]), ("counting", [Concept("square")]*2), ("counting", [Concept("circle")]*3)]
+    n = 500 if res == 16 else 200
+    for i, (tag, cs) in enumerate(cases):
+        df = ev.score({tag: _scenes(cs, res, n, 10 + i)}, {tag: task_spec(tag, cs)})
+        assert df.accuracy[0] >= 0.98, (res, tag, df.accuracy[0])
+
+def test_minigeneval_rejects_blanks_and_blends(evaluator):
+    res, ev = evaluator
+    rc, bs = Concept("circle", "red"), Concept("square", "blue")
+    blank = torch.full((20, 3, res, res), -1.0)
+    assert ev.score({"b": blank}, {"b": task_spec("two_object", [rc, bs])}).accuracy[0] == 0
+    rng = np.random.default_rng(4)
+    blends = []
+    for _ in range(100):
+        d, xy = rng.uniform(0.28, 0.38)*res, tuple(rng.uniform(0.35, 0.65, 2)*res)
+        blends.append((render_scene([("circle", "red", xy, d)], res) + render_scene([("square", "blue", xy, d)], res))/2)
+    blends = torch.from_numpy(np.stack(blends))
+    for tag in ("color_attr", "two_object"):
+        assert ev.score({tag: blends}, {tag: task_spec(tag, [rc, bs])}).accuracy[0] == 0
+
+def test_geneval_clause_semantics():
+    D = lambda s, c="red", p=0.95, box=(0, 0, 3, 3): Detection(s, c, box, p, 0.9, 9)
+    spec = task_spec("counting", [Concept("circle")]*2)
+    assert evaluate_detections([D("circle")]*2, spec)[0]
+    assert not evaluate_detections([D("circle")]*3, spec)[0]                        # exclude trips at n + 1
+    assert not evaluate_detections([D("circle"), D("circle", p=0.5)], spec)[0]      # counting threshold 0.9
+    assert evaluate_detections([D("circle"), D("circle", p=0.5)], task_spec("two_object", [Concept("circle")]))[0]
+    ca = task_spec("color_attr", [Concept("circle", "red"), Concept("square", "blue")])
+    assert evaluate_detections([D("circle"), D("square", "blue")], ca)[0]
+    ok, why = evaluate_detections([D("circle", "blue"), D("square", "blue")], ca)    # colour mismatch
+    assert not ok and "expected red circle" in why
+    assert not evaluate_detections([D("circle"), D("junk", p=0.99)], task_spec("two_object", [Concept("circle"), Concept("square")]))[0]
+    assert not evaluate_detections([D("circle", p=0.2)], task_spec("single_object", [Concept("circle")]))[0]  # below 0.3
+    pos = {"tag": "position", "include": [{"class": "square", "count": 1}, {"class": "circle", "count": 1, "position": ("left of", 0)}]}
+    assert evaluate_detections([D("square", box=(10, 0, 13, 3)), D("circle", box=(0, 0, 3, 3))], pos)[0]
+    assert not evaluate_detections([D("square", box=(0, 0, 3, 3)), D("circle", box=(10, 0, 13, 3))], pos)[0]
+    assert relative_position((0, 0, 2, 2), (0.3, 0, 2.3, 2)) == set()               # within 0.1 x (sizes): too close to call
+    assert relative_position((0, 0, 2, 2), (1, 0, 3, 2)) == {"left of"}
+    assert relative_position((0, 10, 2, 12), (0, 0, 2, 2)) == {"below"}
