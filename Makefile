@@ -50,7 +50,7 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 install: $(VENV)/.installed
 
 test: install
-	$(PY) -m pytest -q tests/
+	$(PY) -m pytest -q --durations=30 tests/
 
 reproduce: install
 	@status=0; $(VENV)/bin/maspob-etal run --all --scale $(SCALE) $(if $(DEVICE),--device $(DEVICE)) || status=$$?; \
