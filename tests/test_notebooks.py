@@ -28,3 +28,17 @@ def test_every_method_notebook_has_a_parameters_cell_with_scale():
         cells = [c for c in nbformat.read(nb, as_version=4).cells if "parameters" in c.metadata.get("tags", [])]
         assert cells, f"{nb.name} has no cell tagged 'parameters'"
         assert "scale" in pm.inspect_notebook(str(nb)), f"{nb.name}: the parameters cell does not set `scale`"
+
+def test_no_cell_mixes_imports_with_other_code():
+    "The docs build executes every cell holding an import (nbdev's rule), so such a cell must not need the experiment's state."
+    import ast, re
+    bad = []
+    for nb in NBS:
+        for i, c in enumerate(nbformat.read(nb, as_version=4).cells):
+            if c.cell_type != "code" or re.search(r"^#\|\s*(export|exports|exporti|exec_doc|eval:\s*false)", c.source, re.M): continue
+            src = "\n".join(l for l in c.source.splitlines() if not l.lstrip().startswith(("%", "!")))
+            tree = ast.parse(src)
+            has_import = any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree))
+            if has_import and not src.lstrip().startswith("#| hide") and any(not isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body):
+                bad.append(f"{nb.name} cell {i}")
+    assert not bad, f"move these imports into the notebook's import cell: {bad}"
