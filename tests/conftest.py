@@ -18,3 +18,12 @@ def results_tmp(tmp_path, monkeypatch):
     "A throw-away ledger folder, set as $MASPOB_RESULTS."
     monkeypatch.setenv("MASPOB_RESULTS", str(tmp_path/"results"))
     return tmp_path/"results"
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    "One torch (and BLAS) thread for a module of tiny models: more threads only spin on a shared 2-core CPU."
+    import torch
+    from threadpoolctl import threadpool_limits
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    with threadpool_limits(1): yield
+    torch.set_num_threads(n)

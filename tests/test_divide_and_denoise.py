@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 import torch
 from diffusers import DDIMPipeline, DDPMScheduler
-from threadpoolctl import threadpool_limits
 
 from maspob_etal.divide_and_denoise import (
     Concept, Detection, DivideAndDenoiseSampler, Expert, MiniGenEval, allocation_masks, allocation_values, alignment_energy,
@@ -14,12 +13,7 @@ from maspob_etal.divide_and_denoise import (
     solve_fair_division_entropic, solve_fair_division_lp, task_spec, train_expert)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    "These models are tiny, and two OpenMP threads on a shared 2-core CPU ran up to 50x slower than one."
-    n = torch.get_num_threads(); torch.set_num_threads(1)
-    with threadpool_limits(1): yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: see conftest
 
 def _tiny(seed, kind="sample", concept=Concept()):
     torch.manual_seed(seed)

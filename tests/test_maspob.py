@@ -15,12 +15,7 @@ from maspob_etal.maspob import (WORKFLOW_TOPOLOGIES, SMOL_TOPOLOGY, BASE_PROMPTS
                                 independent_ucb, llm_variants, make_two_hop_qa, placeholders, prompt_pools, random_search,
                                 run_method, select_best, style_variants, ucb_scores, make_ucb)
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    "Tiny networks and batches: one torch thread is fastest, and avoids oversubscribing a busy machine."
-    old = torch.get_num_threads(); torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: see conftest
 
 CHAIN = WORKFLOW_TOPOLOGIES["HotpotQA"]
 FAN_IN = WORKFLOW_TOPOLOGIES["MATH"]

@@ -19,12 +19,7 @@ ALL_MODELS = (S3GNN, S2GNNBaseline, ADGNBaseline, GCNBaseline)
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    "Tiny graphs: one thread is enough, and the other test modules get their thread count back."
-    n = torch.get_num_threads(); torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: see conftest
 
 
 def edges_of(G):
