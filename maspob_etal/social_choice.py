@@ -321,12 +321,16 @@ def _as_profiles(rankings)->list[np.ndarray]:
     if isinstance(rankings, np.ndarray) and rankings.ndim == 2: rankings = [rankings]
     return [check_rankings(r) for r in rankings]
 
-def check_condorcet(rule:Callable, rankings, ref=None, tol:float=1e-9, Ps=None, pis=None)->list[Violation]:
-    "A1: where a Condorcet winner exists, its ratio pi/pi_ref must be the strict maximum."
+def _profiles_and_policies(rule, rankings, ref, Ps=None, pis=None):
+    "The checked profiles, their preference matrices, the reference policy and the rule's policies (computed if not given)."
     prof = _as_profiles(rankings)
     Ps = np.stack([preference_matrix(r) for r in prof]) if Ps is None else Ps
-    m = Ps.shape[-1]; ref = check_ref(ref, m)
-    pis = rule(Ps, ref) if pis is None else pis
+    ref = check_ref(ref, Ps.shape[-1])
+    return prof, Ps, ref, (rule(Ps, ref) if pis is None else pis)
+
+def check_condorcet(rule:Callable, rankings, ref=None, tol:float=1e-9, Ps=None, pis=None)->list[Violation]:
+    "A1: where a Condorcet winner exists, its ratio pi/pi_ref must be the strict maximum."
+    prof, Ps, ref, pis = _profiles_and_policies(rule, rankings, ref, Ps, pis); m = Ps.shape[-1]
     out = []
     for i, P in enumerate(Ps):
         c = condorcet_winner(P)
@@ -341,8 +345,7 @@ def check_condorcet(rule:Callable, rankings, ref=None, tol:float=1e-9, Ps=None, 
 
 def check_pareto(rule:Callable, rankings, ref=None, tol:float=1e-9, pis=None)->list[Violation]:
     "A2: if every voter prefers a to b, the ratio of a must be at least that of b."
-    prof = _as_profiles(rankings); m = prof[0].shape[1]; ref = check_ref(ref, m)
-    pis = rule(np.stack([preference_matrix(r) for r in prof]), ref) if pis is None else pis
+    prof, _, ref, pis = _profiles_and_policies(rule, rankings, ref, pis=pis)
     out = []
     for i, r in enumerate(prof):
         pos = np.argsort(r, 1)
@@ -364,9 +367,7 @@ def _swapped(r:np.ndarray, v:int, a:int, b:int)->np.ndarray:
 
 def check_monotonicity(rule:Callable, rankings, ref=None, tol:float=1e-8, pis=None)->list[Violation]:
     "A3: raising alternative a by one place in one voter's ranking must not lower pi(a)."
-    prof = _as_profiles(rankings); m = prof[0].shape[1]; ref = check_ref(ref, m)
-    Ps = np.stack([preference_matrix(r) for r in prof])
-    pis = rule(Ps, ref) if pis is None else pis
+    prof, _, ref, pis = _profiles_and_policies(rule, rankings, ref, pis=pis)
     jobs = [(i, *s) for i, r in enumerate(prof) for s in monotonicity_swaps(r)]
     if not jobs: return []
     Pn = np.stack([preference_matrix(_swapped(prof[i], v, a, b)) for i, v, a, b in jobs])
@@ -379,9 +380,7 @@ def check_monotonicity(rule:Callable, rankings, ref=None, tol:float=1e-8, pis=No
 
 def check_smith(rule:Callable, rankings, ref=None, tol:float=1e-9, pis=None)->list[Violation]:
     "A4: beta = 0: no mass outside the Smith set; beta > 0: every Smith member has a larger ratio than every non-member."
-    prof = _as_profiles(rankings); m = prof[0].shape[1]; ref = check_ref(ref, m)
-    Ps = np.stack([preference_matrix(r) for r in prof])
-    pis = rule(Ps, ref) if pis is None else pis
+    prof, Ps, ref, pis = _profiles_and_policies(rule, rankings, ref, pis=pis); m = Ps.shape[-1]
     beta, out = getattr(rule, "beta", 0.0), []
     for i, P in enumerate(Ps):
         S = smith_set(P); outside = [a for a in range(m) if a not in S]
@@ -409,8 +408,7 @@ def clone_ref(ref:np.ndarray, a:int, split:str="even")->np.ndarray:
 
 def check_clones(rule:Callable, rankings, a:int=0, ref=None, split:str="even", tol:float=1e-6)->list[Violation]:
     "A5: cloning a must leave pi(a)+pi(clone) and every other pi(b) unchanged."
-    prof = _as_profiles(rankings); m = prof[0].shape[1]; ref = check_ref(ref, m)
-    pis = rule(np.stack([preference_matrix(r) for r in prof]), ref)
+    prof, _, ref, pis = _profiles_and_policies(rule, rankings, ref); m = len(ref)
     new = rule(np.stack([preference_matrix(add_clone(r, a)) for r in prof]), clone_ref(ref, a, split))
     merged = new[:, :m].copy(); merged[:, a] += new[:, m]
     out = []
