@@ -13,6 +13,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join([_guard] + [p for p in os.environ.get
 from maspob_etal.offline import enable_network_block  # noqa: E402
 enable_network_block()
 
+# Property tests draw the same examples on every run (set HYPOTHESIS_PROFILE=explore for fresh random ones).
+from hypothesis import settings  # noqa: E402
+settings.register_profile("repro", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
+
 @pytest.fixture
 def results_tmp(tmp_path, monkeypatch):
     "A throw-away ledger folder, set as $MASPOB_RESULTS."
