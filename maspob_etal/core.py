@@ -16,24 +16,31 @@ import torch
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['SCALES', 'check_scale', 'pick', 'get_device', 'seed_everything', 'progress_enabled', 'progress', 'Timer']
+__all__ = ['SCALES', 'check_scale', 'scale_at_least', 'pick', 'get_device', 'seed_everything', 'progress_enabled', 'progress',
+           'Timer', 'cpu_threads']
 
 # %% ../nbs/00_core.ipynb #96111ec4
-SCALES = ("smoke", "full")
+SCALES = ("smoke", "full", "gpu")
 
 def check_scale(scale:str)->str:
     "Return `scale` if it is one of `SCALES`, else raise a `ValueError` that lists the valid ones."
     if scale not in SCALES: raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     return scale
 
-def pick(scale:str, # "smoke" or "full"
-         **options,   # name=(smoke value, full value)
+def scale_at_least(scale:str, # the run's scale
+                   least:str, # the smallest scale that qualifies
+                  )->bool:
+    "True when `scale` is `least` or a bigger one in the order smoke < full < gpu."
+    return SCALES.index(check_scale(scale)) >= SCALES.index(check_scale(least))
+
+def pick(scale:str, # "smoke", "full" or "gpu"
+         **options,   # name=(smoke value, full value, gpu value)
         )->SimpleNamespace: # one attribute per option, holding the value for `scale`
     "Choose the `scale` value of each option."
     i = SCALES.index(check_scale(scale))
     for k, v in options.items():
-        if not (isinstance(v, (tuple, list)) and len(v) == 2):
-            raise ValueError(f"option {k!r} must be a (smoke, full) pair, got {v!r}")
+        if not (isinstance(v, (tuple, list)) and len(v) == len(SCALES)):
+            raise ValueError(f"option {k!r} must be a (smoke, full, gpu) triple, got {v!r}")
     return SimpleNamespace(**{k: v[i] for k, v in options.items()})
 
 # %% ../nbs/00_core.ipynb #6fc48f09
@@ -98,3 +105,15 @@ class Timer:
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.stop()
     def __repr__(self): return f"Timer({self.elapsed:.3f} s)"
+
+# %% ../nbs/00_core.ipynb #b741d0e4
+@contextmanager
+def cpu_threads(n:int, # torch intra-op threads (and BLAS threads for NumPy) inside the block
+               ):
+    "Run a block with `n` CPU threads for torch and NumPy's BLAS, restoring the previous counts afterwards."
+    from threadpoolctl import threadpool_limits
+    if not isinstance(n, int) or n < 1: raise ValueError(f"n must be a positive integer, got {n!r}")
+    old = torch.get_num_threads(); torch.set_num_threads(n)
+    try:
+        with threadpool_limits(n): yield
+    finally: torch.set_num_threads(old)

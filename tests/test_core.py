@@ -4,19 +4,35 @@ import numpy as np
 import pytest
 import torch
 
-from maspob_etal.core import SCALES, Timer, get_device, pick, progress, seed_everything
+from maspob_etal.core import SCALES, Timer, cpu_threads, get_device, pick, progress, scale_at_least, seed_everything
 
 def test_pick_chooses_by_scale():
-    assert pick("smoke", a=(1, 2), b=("x", "y")).__dict__ == {"a": 1, "b": "x"}
-    assert pick("full", a=(1, 2)).a == 2
-    assert SCALES == ("smoke", "full")
+    assert pick("smoke", a=(1, 2, 3), b=("x", "y", "z")).__dict__ == {"a": 1, "b": "x"}
+    assert pick("full", a=(1, 2, 3)).a == 2 and pick("gpu", a=(1, 2, 3)).a == 3
+    assert SCALES == ("smoke", "full", "gpu")
+
+def test_scale_at_least_orders_the_scales():
+    assert [scale_at_least(s, "full") for s in SCALES] == [False, True, True]
+    assert all(scale_at_least(s, "smoke") for s in SCALES) and not scale_at_least("full", "gpu")
+    with pytest.raises(ValueError, match="scale must be one of"): scale_at_least("full", "huge")
 
 @pytest.mark.parametrize("bad", ["huge", "", None, "Smoke"])
 def test_pick_rejects_unknown_scale(bad):
-    with pytest.raises(ValueError, match="scale must be one of"): pick(bad, a=(1, 2))
+    with pytest.raises(ValueError, match="scale must be one of"): pick(bad, a=(1, 2, 3))
 
-def test_pick_rejects_a_single_value():
-    with pytest.raises(ValueError, match=r"\(smoke, full\) pair"): pick("smoke", a=3)
+@pytest.mark.parametrize("bad", [3, (1, 2), (1, 2, 3, 4)])
+def test_pick_rejects_anything_but_a_triple(bad):
+    with pytest.raises(ValueError, match=r"\(smoke, full, gpu\) triple"): pick("smoke", a=bad)
+
+def test_cpu_threads_sets_and_restores():
+    n0 = torch.get_num_threads()
+    with cpu_threads(1): assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == n0
+    with pytest.raises(RuntimeError):
+        with cpu_threads(1): raise RuntimeError("inside")
+    assert torch.get_num_threads() == n0
+    with pytest.raises(ValueError, match="positive integer"):
+        with cpu_threads(0): pass
 
 def test_get_device():
     assert get_device("cpu") == torch.device("cpu")
