@@ -18,13 +18,15 @@ def cli(*args, cwd=ROOT, env=None):
 def toy_project(tmp_path):
     (tmp_path/"nbs").mkdir(); (tmp_path/"pyproject.toml").write_text("")
     def make(name, body):
-        nb = new_notebook(cells=[new_code_cell('scale = "smoke"\ndevice = "auto"', metadata={"tags": ["parameters"]}),
+        nb = new_notebook(cells=[new_code_cell('scale = "smoke"\ndevice = "auto"\nseed = 0\nmodel_path = None\nlr = 0.5',
+                                               metadata={"tags": ["parameters"]}),
                                  new_code_cell(body)])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, tmp_path/"nbs"/name)
     make("02_social_choice.ipynb",
          'from maspob_etal.claims import record, Claim\n'
-         'record("social_choice", [Claim("C1", "toy", "x", ours=1.0, baseline=0.0)], scale=scale, device=device, wall_time_s=0.5)')
+         'record("social_choice", [Claim("C1", "toy", "x", ours=1.0 + seed, baseline=0.0)], scale=scale, device=device, wall_time_s=0.5,'
+         ' params=dict(scale=scale, device=device, seed=seed, model_path=model_path, lr=lr))')
     make("17_thickets.ipynb", 'raise RuntimeError("this notebook fails on purpose")')
     return tmp_path
 
@@ -38,7 +40,7 @@ def test_unknown_slug_and_scale_fail_with_one_clear_line():
     assert r.returncode != 0 and r.stderr.strip().count("\n") == 0
     assert "unknown method 'nosuch'" in r.stderr and "maspob" in r.stderr
     r = cli("run", "maspob", "--scale", "huge")
-    assert r.returncode != 0 and r.stderr.strip().count("\n") == 0 and "scale must be one of ('smoke', 'full')" in r.stderr
+    assert r.returncode != 0 and r.stderr.strip().count("\n") == 0 and "scale must be one of ('smoke', 'full', 'gpu')" in r.stderr
     r = cli("run")
     assert r.returncode != 0 and "--all" in r.stderr
 
@@ -54,7 +56,34 @@ def test_run_list_report_on_a_toy_project(toy_project):
     r = cli("list", "--results", str(out), cwd=toy_project)
     assert r.returncode == 0 and "02_social_choice.ipynb" in r.stdout and "1/1 held" in r.stdout and "missing" in r.stdout
     r = cli("report", "--results", str(out), cwd=toy_project)
-    assert r.returncode == 0 and "**held** (1 vs 0)" in (out/"REPORT.md").read_text()
+    assert r.returncode == 0 and "**held** 1 vs 0 (no CI)" in (out/"REPORT.md").read_text()
+
+def test_params_are_injected_checked_and_named(toy_project):
+    out = toy_project/"out"
+    r = cli("run", "social_choice", "--out", str(out), "-p", "lr=0.25", "--seed", "2", "-p", "model_path=/m/x", cwd=toy_project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (f,) = out.glob("social_choice.smoke.*.json")                       # a non-default run: its own file
+    doc = json.loads(f.read_text())
+    assert doc["params"]["lr"] == 0.25 and doc["params"]["seed"] == 2 and doc["params"]["model_path"] == "/m/x"
+    assert doc["claims"][0]["ours"] == 3.0 and not (out/"social_choice.smoke.json").exists()
+    assert f.name.startswith("social_choice.smoke.lr0-25+model_path-") and f.name.endswith("+seed2.json")
+
+@pytest.mark.parametrize("args,msg", [
+    (["-p", "lrr=0.1"], "no parameter 'lrr'; valid: scale, device, seed, model_path, lr"),
+    (["-p", "seed=three"], "parameter 'seed' must be of type int"),
+    (["-p", "lr=fast"], "parameter 'lr' must be of type float"),
+    (["-p", "noequals"], "-p expects name=value"),
+    (["-p", "scale=full"], "--scale"),
+    (["--seed", "-1"], "non-negative"),
+])
+def test_bad_params_fail_with_one_clear_line(toy_project, args, msg):
+    r = cli("run", "social_choice", "--out", str(toy_project/"out"), *args, cwd=toy_project)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and msg in r.stderr, r.stderr
+    assert not (toy_project/"out").exists()                              # nothing ran
+
+def test_report_on_a_missing_results_folder_is_an_error(tmp_path):
+    r = cli("report", "--results", str(tmp_path/"missing"))
+    assert r.returncode == 2 and "does not exist" in r.stderr and not (tmp_path/"missing").exists()
 
 def test_run_with_no_notebooks_is_a_no_op(tmp_path):
     (tmp_path/"nbs").mkdir(); (tmp_path/"pyproject.toml").write_text("")
