@@ -7,6 +7,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
+pytestmark = pytest.mark.timeout(900)
+
 @pytest.fixture(scope="module")
 def site():
     if shutil.which("quarto") is None:

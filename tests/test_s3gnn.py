@@ -308,11 +308,13 @@ def test_load_graph_dataset_from_pt(tmp_path):
 
 
 # ---------------------------------------------------------------- training
-def test_tiny_overfit_diameter():
-    tiny = add_spectral(make_graph_property_dataset(16, "diameter", seed=5), 0.7, 8)
-    torch.manual_seed(0)
-    fit = train_eval(S3GNN(1, 32, 1, 4, eps=0.5), tiny, tiny[:4], tiny[:4], epochs=150, batch_size=16, lr=1e-2, wd=0.)
-    assert fit["train"] < -2                                               # train MSE < 1e-2
+@pytest.mark.parametrize("seed", [0, 3])
+def test_tiny_overfit_diameter(seed):
+    "S3GNN memorises 8 graphs: selected on the training set itself, every seed tried (0-7) reached log10 MSE < -8."
+    tiny = add_spectral(make_graph_property_dataset(8, "diameter", seed=5), 0.7, 8)
+    torch.manual_seed(seed)
+    fit = train_eval(S3GNN(1, 32, 1, 4, eps=0.5), tiny, tiny, tiny, epochs=200, batch_size=8, lr=1e-2, wd=0., seed=seed)
+    assert fit["train"] < -3                                               # train MSE < 1e-3, a wide margin
 
 
 def test_threads_give_the_same_numbers_as_sequential():
