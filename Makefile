@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 SCALE ?= smoke
 DEVICE ?=
+SAVE ?= 0
 OFFLINE ?= 0
 WHEELHOUSE ?= wheelhouse
 TORCH ?= torch==2.13.0
@@ -27,7 +28,10 @@ endif
 
 help:
 	@echo "make test                 set up .venv and run the test suite (unit tests + every notebook at smoke scale)"
-	@echo "make reproduce            set up .venv, run every method notebook (SCALE=smoke|full, DEVICE=cpu|cuda), write results/REPORT.md"
+	@echo "make reproduce            set up .venv, run every method notebook, write results/REPORT.md and results/forest.png"
+	@echo "                          SCALE=smoke (CI, ~2 min each) | full (every claim, <= 45 min each on 2 CPU cores) | gpu (paper-sized, one GPU)"
+	@echo "                          DEVICE=cpu|cuda; SAVE=1 also writes each run's outputs back into its notebook in nbs/"
+	@echo "make report               results/REPORT.md and results/forest.png from the committed results/*.json"
 	@echo "make docs                 build the site into _docs/ and README.md (nbdev-docs with Quarto, else smalldocs)"
 	@echo "make lab                  JupyterLab on nbs/"
 	@echo "make wheelhouse           download every dependency but torch into wheelhouse/ (WHEEL_PY=3.12 for another Python)"
@@ -53,7 +57,7 @@ test: install
 	$(PY) -m pytest -q --durations=30 tests/
 
 reproduce: install
-	@status=0; $(VENV)/bin/maspob-etal run --all --scale $(SCALE) $(if $(DEVICE),--device $(DEVICE)) || status=$$?; \
+	@status=0; $(VENV)/bin/maspob-etal run --all --scale $(SCALE) $(if $(DEVICE),--device $(DEVICE)) $(if $(filter 1,$(SAVE)),--save) || status=$$?; \
 	 $(VENV)/bin/maspob-etal report; exit $$status
 
 report: install
