@@ -167,7 +167,7 @@ def run_notebook(path:str|Path,          # the notebook to execute
                   **({"device": device} if device and "device" in declared else {}))
     name = run_name(scale, dict(declared, **inject), declared) if declared else scale
     out = out_dir/f"{path.stem}.{name}.ipynb"
-    env = {"MASPOB_RESULTS": str(out_dir.resolve()), "MASPOB_PROGRESS": "0"}
+    env = {"MASPOB_RESULTS": str(out_dir.resolve()), "MASPOB_PROGRESS": "0", "MASPOB_BATCH": "1"}   # no bars, no widgets
     old = {k: os.environ.get(k) for k in env}; os.environ.update(env)
     t0, err = time.perf_counter(), None
     try:
