@@ -153,7 +153,7 @@ def run_notebook(path:str|Path,          # the notebook to execute
                  scale:str="smoke",      # injected as `scale`
                  device:str|None=None,   # injected as `device` when given and defined
                  params:dict|None=None,  # further parameters to inject (checked against the parameters cell)
-                 timeout:int|None=None,  # seconds per cell; default 600 at smoke scale, 3600 above
+                 timeout:int|None=None,  # seconds per cell; default 600 at smoke scale, 4 hours above (a busy machine slows long cells)
                  show_progress:bool=False, # papermill's cell progress bar
                  save:bool=False,        # write the outputs back into `path` when the run succeeds with default parameters
                 )->dict:                 # {"notebook", "ok", "seconds", "error", "output", "run", "saved"}
@@ -173,7 +173,7 @@ def run_notebook(path:str|Path,          # the notebook to execute
     try:
         pm.execute_notebook(str(path), str(out), parameters=inject, cwd=str(path.parent), kernel_name="python3",
                             progress_bar=show_progress, log_output=False,
-                            execution_timeout=timeout or (600 if scale == "smoke" else 3600))
+                            execution_timeout=timeout or (600 if scale == "smoke" else 14_400))
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's traceback
         err = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
     finally:

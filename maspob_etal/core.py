@@ -142,15 +142,14 @@ def _knob(name, spec):
 
 def explorer(draw,       # draw(**knobs): makes one matplotlib figure (returns it, or draws on the current one)
              **knobs,    # name=(min, max, step, default) or name=[default, other choices...]
-            ):           # the defaults used for the static figure
+            )->None:
     "Show `draw` at the knobs' defaults; in an interactive session, also widgets that redraw it."
     import matplotlib.pyplot as plt
     parsed = {k: _knob(k, v) for k, v in knobs.items()}
     defaults = {k: d for k, (d, _) in parsed.items()}
     if interactive_session():
         import ipywidgets as W
-        W.interact(lambda **kw: (draw(**kw), plt.show()), **{k: w for k, (_, w) in parsed.items()})
+        def _show(**kw): draw(**kw); plt.show()
+        W.interact(_show, **{k: w for k, (_, w) in parsed.items()})
     else:
-        fig = draw(**defaults)
-        plt.show()
-    return defaults
+        draw(**defaults); plt.show()

@@ -27,3 +27,10 @@ def test_outputs_hold_no_machine_paths_or_progress_bars(nb):
 def test_the_scan_can_fail():
     assert ABS.search("wrote /work/main/results/x.json") and ABS.search("/root/.cache/x") and not ABS.search("see results/x.json")
     assert BAR.search("train: 100%|██████████| 50/50 [00:01<00:00, 40.1it/s]") and not BAR.search("accuracy 95%")
+
+@pytest.mark.parametrize("nb", NBS, ids=[p.stem for p in NBS])
+def test_one_show_doc_per_cell(nb):
+    "Only a cell's last `show_doc` renders on the site, so a cell holding two leaves a symbol without its anchor."
+    cells = json.loads(nb.read_text())["cells"]
+    bad = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and "".join(c["source"]).count("show_doc(") > 1]
+    assert not bad, f"{nb.name}: cells {bad} hold several show_doc calls; give each its own cell"
