@@ -353,8 +353,8 @@ def test_formulas_pinned_where_every_term_matters():
     c = Curves(torch.tensor([[0.0]]).expand(2, 1), torch.tensor([[1.0, 2.0, 3.0], [0.5, -0.5, 1.5]]))
     preds = torch.tensor([[1.5, 2.0, 2.0], [0.0, 0.0, 0.0]])
     assert np.allclose(neg_mse(preds, c), [-(0.25 + 0 + 1)/3, -(0.25 + 0.25 + 2.25)/3])
-    M = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])               # centred Gram matrix has eigenvalues 1 and 1/3
-    assert specialization_index(M) == pytest.approx(1 - 1/(4/3))
+    M = np.array([[2.0, 0.0], [0.0, 2.0], [0.0, 0.0]])               # centred Gram matrix has eigenvalues 4 and 4/3 (s1 != 1)
+    assert specialization_index(M) == pytest.approx(1 - 4/(16/3))
     assert expert_density([0.1, 0.3, 0.35, 0.6], base=0.2, margin=0.15) == 0.5
     m = nn.Linear(3, 2); th0 = snapshot(m)
     perturb_(m, 4, 0.3)
