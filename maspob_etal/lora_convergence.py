@@ -7,10 +7,12 @@ Docs: https://maspob-etal.github.io/maspob_etal/lora_convergence.html.md"""
 # %% ../nbs/12_lora_convergence.ipynb #24f8a054
 from __future__ import annotations
 import math
+from contextlib import contextmanager
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .core import progress
@@ -19,8 +21,8 @@ from .core import progress
 __all__ = ['DESCENT_CONSTANTS', 'SCHEDULES', 'INITS', 'stack', 'unstack', 'extraction', 'lora_product', 'J_and_grad',
            'grad_J_sym', 'autograd_loss_grad', 'descent_rhs', 'step_size_from_norms', 'step_size', 'init_V', 'lora_gd',
            'certificate', 'LeastSquaresLoss', 'least_squares_problem', 'SoftmaxLoss', 'softmax_regression_problem',
-           'digits_data', 'pydoc_text', 'text_batches', 'add_lora', 'lora_layers', 'reset_lora', 'lm_loss', 'lora_sgd',
-           'lora_llm_schedules']
+           'digits_data', 'pydoc_text', 'text_batches', 'add_lora', 'lora_layers', 'reset_lora', 'first_lora_layer',
+           'prefix_states', 'lm_batch_loss', 'lm_loss', 'lora_sgd', 'lora_llm_schedules']
 
 # %% ../nbs/12_lora_convergence.ipynb #924edee0
 def stack(B:Tensor, # adapter B, (..., m, r)
@@ -413,11 +415,13 @@ def text_batches(tok,                # a tokenizer
 def add_lora(model,                  # a transformers causal LM
              r:int=32,               # LoRA rank (paper's LLM runs: 32)
              target_modules:Sequence[str]=("q_proj", "v_proj"), # layers to adapt
+             layers:Sequence[int]|None=None, # indices of the decoder layers to adapt; None adapts every layer
             ):                       # the peft model (wraps `model` in place)
     "Wrap `model` with peft LoRA adapters of rank `r`, scaling 1 (`lora_alpha = r`), no dropout, no bias."
     from peft import LoraConfig, get_peft_model
     if not (isinstance(r, int) and r >= 1): raise ValueError(f"r must be an integer >= 1, got {r!r}")
-    return get_peft_model(model, LoraConfig(r=r, lora_alpha=r, lora_dropout=0.0, bias="none", target_modules=list(target_modules)))
+    return get_peft_model(model, LoraConfig(r=r, lora_alpha=r, lora_dropout=0.0, bias="none", target_modules=list(target_modules),
+                                            layers_to_transform=None if layers is None else [int(i) for i in layers]))
 
 def lora_layers(model)->list:
     "The peft LoRA layers of `model` as `(A weight, B weight, base weight)` triples; checks that the scaling is 1."
@@ -444,11 +448,68 @@ def reset_lora(model,                # a peft model
         B.copy_(b_init_std*torch.randn(B.shape, generator=g))
 
 # %% ../nbs/12_lora_convergence.ipynb #03aada59
+def _split_lm(model)->tuple:
+    "The decoder stack (with `.layers` and `.norm`) and the output head of a Llama-style causal LM, peft-wrapped or not."
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    dec, head = getattr(base, "model", None), getattr(base, "lm_head", None)
+    if dec is None or head is None or not hasattr(dec, "layers") or not hasattr(dec, "norm"):
+        raise ValueError("need a decoder-only transformers LM with `.model.layers`, `.model.norm` and `.lm_head` (Llama-style)")
+    return dec, head
+
+@contextmanager
+def _run_layers(dec, layers, norm):
+    "Temporarily replace the decoder's layer list and final norm (to run only part of the stack)."
+    old = dec.layers, dec.norm
+    dec.layers, dec.norm = torch.nn.ModuleList(layers), norm
+    try: yield dec
+    finally: dec.layers, dec.norm = old
+
+def first_lora_layer(model)->int:
+    "Index of the lowest decoder layer that holds a LoRA adapter (layers below it are frozen as a whole)."
+    from peft.tuners.lora import LoraLayer
+    dec, _ = _split_lm(model)
+    for i, layer in enumerate(dec.layers):
+        if any(isinstance(m, LoraLayer) for m in layer.modules()): return i
+    raise ValueError("the model has no peft LoRA layers: wrap it with `add_lora` first")
+
 @torch.no_grad()
-def lm_loss(model, batches:Tensor)->float:
-    "Mean next-token cross-entropy of `model` over `batches` (n, batch, seq)."
+def prefix_states(model,              # a causal LM (LoRA adapters, if any, only in layers >= first_layer)
+                  batches:Tensor,     # token ids, (n_batches, batch, seq)
+                  first_layer:int,    # the hidden states entering this decoder layer are returned
+                 )->Tensor:           # (n_batches, batch, seq, d), on the CPU
+    "Run the frozen bottom of the network once: the hidden states that enter decoder layer `first_layer`, per batch."
+    dec, _ = _split_lm(model)
+    if not 0 < first_layer < len(dec.layers): raise ValueError(f"first_layer must be in 1..{len(dec.layers) - 1}, got {first_layer}")
     dev = next(model.parameters()).device
-    return float(np.mean([model(input_ids=b.to(dev), labels=b.to(dev)).loss.item() for b in batches]))
+    with _run_layers(dec, list(dec.layers)[:first_layer], torch.nn.Identity()):
+        return torch.stack([dec(input_ids=b.to(dev), use_cache=False).last_hidden_state.cpu() for b in batches])
+
+def lm_batch_loss(model,              # a causal LM
+                  ids:Tensor,         # token ids, (B, T)
+                  n_last:int|None=None, # score the last n_last tokens of each sequence (None: all T-1 predicted tokens)
+                  first_layer:int=0,  # with h_in: run only decoder layers first_layer.. (their input is h_in)
+                  h_in:Tensor|None=None, # hidden states entering layer first_layer, (B, T, d) (see `prefix_states`)
+                 )->Tensor:           # scalar, differentiable
+    "Mean next-token cross-entropy over the last `n_last` tokens of each sequence; optionally from cached hidden states."
+    dec, head = _split_lm(model)
+    dev = next(model.parameters()).device
+    ids = ids.to(dev); T = ids.shape[1]; n = T - 1 if n_last is None else int(n_last)
+    if not 1 <= n <= T - 1: raise ValueError(f"n_last must be in 1..{T - 1} (the predicted tokens of a {T}-token sequence), got {n_last}")
+    if h_in is None:
+        if first_layer != 0: raise ValueError("first_layer > 0 needs h_in, the cached states entering that layer (see prefix_states)")
+        h = dec(input_ids=ids, use_cache=False).last_hidden_state
+    else:
+        if tuple(h_in.shape[:2]) != tuple(ids.shape): raise ValueError(f"h_in {tuple(h_in.shape)} must be (B, T, d) for ids {tuple(ids.shape)}")
+        with _run_layers(dec, list(dec.layers)[first_layer:], dec.norm):
+            h = dec(inputs_embeds=h_in.to(dev), use_cache=False).last_hidden_state
+    logits = head(h[:, T-1-n:T-1])                                        # predictions of tokens T-n..T-1, (B, n, V)
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids[:, T-n:].reshape(-1))
+
+@torch.no_grad()
+def lm_loss(model, batches:Tensor, n_last:int|None=None, first_layer:int=0, prefix:Tensor|None=None)->float:
+    "Mean of `lm_batch_loss` over `batches` (n, batch, seq); `prefix` holds their cached states entering `first_layer`."
+    return float(np.mean([lm_batch_loss(model, b, n_last, first_layer, None if prefix is None else prefix[i]).item()
+                          for i, b in enumerate(batches)]))
 
 def lora_sgd(model,                  # a peft model (see `add_lora`)
              batches:Tensor,         # token ids, (n_batches, batch, seq)
@@ -460,6 +521,8 @@ def lora_sgd(model,                  # a peft model (see `add_lora`)
              seed:int=0,             # adapter init and batch order
              b_init_std:float=1e-3,  # B0 ~ N(0, b_init_std^2)
              eval_batches:int=8,     # the first batches, on which the training loss is measured before and after
+             n_last:int|None=None,   # tokens scored per sequence (None: all)
+             prefix:Tensor|None=None, # cached states entering the lowest adapted layer, one per batch (see `prefix_states`)
              diverge_factor:float=10.0, # diverged once a batch loss exceeds this times the first one, or is not finite
              show_progress:bool=False,
             )->dict:                 # per-step loss, eta, V_sq, grad norms; initial and final training loss
@@ -470,18 +533,21 @@ def lora_sgd(model,                  # a peft model (see `add_lora`)
     _positive("alpha", alpha); _positive("eta0", eta0); _positive("cap", cap)
     if batches.ndim != 3: raise ValueError(f"batches must be (n_batches, batch, seq) token ids, got {tuple(batches.shape)}")
     layers = lora_layers(model)
+    first = first_lora_layer(model) if prefix is not None else 0
+    if prefix is not None and (len(prefix) != len(batches) or tuple(prefix.shape[1:3]) != tuple(batches.shape[1:])):
+        raise ValueError(f"prefix {tuple(prefix.shape)} must hold one (batch, seq, d) block per batch of {tuple(batches.shape)}")
     params = [p for A, B, _ in layers for p in (A, B)]
     reset_lora(model, seed, b_init_std)
-    dev = next(model.parameters()).device
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(seed))
     model.eval()                                                          # no dropout anywhere: SGD on a fixed function
-    ev = batches[:eval_batches]
-    h = dict(loss=[], eta=[], V_sq=[], grad_norm=[], G_norm=[], init_loss=lm_loss(model, ev), diverged=False)
+    ev = slice(0, eval_batches)
+    evaluate = lambda: lm_loss(model, batches[ev], n_last, first, None if prefix is None else prefix[ev])
+    h = dict(loss=[], eta=[], V_sq=[], grad_norm=[], G_norm=[], init_loss=evaluate(), diverged=False)
     for _, _, W in layers: W.requires_grad_(schedule == "adaptive")      # grad_W L = grad wrt the frozen base weight
     try:
         for t in progress(range(steps), desc=f"lora_sgd {schedule}", **({} if show_progress else dict(disable=True))):
-            b = batches[order[t % len(batches)]].to(dev)
-            loss = model(input_ids=b, labels=b).loss
+            i = int(order[t % len(batches)])
+            loss = lm_batch_loss(model, batches[i], n_last, first, None if prefix is None else prefix[i])
             loss.backward()
             with torch.no_grad():
                 v_sq = sum((p.double()**2).sum() for p in params)
@@ -489,12 +555,12 @@ def lora_sgd(model,                  # a peft model (see `add_lora`)
                 G_norm = sum((W.grad.double()**2).sum() for _, _, W in layers).sqrt() if schedule == "adaptive" else torch.tensor(float("nan"))
                 lv = loss.detach().double()
                 if t == 0:
-                    first = lv.item()
+                    first_loss = lv.item()
                     if alpha is None:                                     # match the first step to eta0
                         alpha = eta0*_eta(schedule, v_sq, G_norm, lv, g_norm, None, torch.tensor(1.0, dtype=torch.float64), math.inf).reciprocal().item() \
                             if schedule != "constant" else eta0
                 eta = _eta(schedule, v_sq, G_norm, lv, g_norm, None, torch.tensor(alpha, dtype=torch.float64), cap).item()
-                if not math.isfinite(lv.item()) or lv.item() > diverge_factor*first or not math.isfinite(eta):
+                if not math.isfinite(lv.item()) or lv.item() > diverge_factor*first_loss or not math.isfinite(eta):
                     h["diverged"] = True; break
                 for p in params: p.add_(p.grad, alpha=-eta)
             for p in params: p.grad = None
@@ -503,8 +569,8 @@ def lora_sgd(model,                  # a peft model (see `add_lora`)
     finally:
         for _, _, W in layers: W.requires_grad_(False); W.grad = None
         for p in params: p.grad = None
-    h["final_loss"] = float("nan") if h["diverged"] else lm_loss(model, ev)
-    h.update(schedule=schedule, alpha=alpha, seed=seed, steps=steps)
+    h["final_loss"] = float("nan") if h["diverged"] else evaluate()
+    h.update(schedule=schedule, alpha=alpha, seed=seed, steps=steps, b_init_std=b_init_std)
     return h
 
 def lora_llm_schedules(model,            # a causal LM (wrapped with `add_lora` here unless it already has LoRA layers)
@@ -513,16 +579,21 @@ def lora_llm_schedules(model,            # a causal LM (wrapped with `add_lora` 
                        steps:int,        # SGD steps per run
                        seeds:Sequence[int]=(0,), # one run per schedule and seed; a seed fixes the init and the batch order
                        rank:int=32,      # LoRA rank (paper: 32)
-                       b_init_std:float=1e-3, # B0 ~ N(0, b_init_std^2) (paper's small init)
+                       layers:Sequence[int]|None=None, # decoder layers to adapt when wrapping here (None: all)
+                       b_init_std:float=1e-3, # B0 ~ N(0, b_init_std^2) (paper's small init); a schedule's own value wins
+                       n_last:int|None=None,  # tokens scored per sequence (None: all)
+                       prefix:Tensor|None=None, # cached states entering the lowest adapted layer; computed here when None and it is > 0
                        eval_batches:int=8,
                        show_progress:bool=False,
                       )->dict:           # name -> list of `lora_sgd` histories, one per seed
     "Run several step-size schedules of LoRA SGD on one language model, each from the same starts and batch orders."
     try: lora_layers(model)
-    except ValueError: model = add_lora(model, rank)
+    except ValueError: model = add_lora(model, rank, layers=layers)
+    first = first_lora_layer(model)
+    if prefix is None and first > 0: prefix = prefix_states(model, batches, first)   # the frozen bottom layers, run once
     out = {}
     for name, kw in schedules.items():
         if not isinstance(kw, dict) or "schedule" not in kw: raise ValueError(f"schedules[{name!r}] must be a dict with a 'schedule' key, got {kw!r}")
-        out[name] = [lora_sgd(model, batches, steps, seed=s, b_init_std=b_init_std, eval_batches=eval_batches,
-                              show_progress=show_progress, **kw) for s in seeds]
+        kw = dict(dict(b_init_std=b_init_std, eval_batches=eval_batches, n_last=n_last, prefix=prefix), **kw)
+        out[name] = [lora_sgd(model, batches, steps, seed=s, show_progress=show_progress, **kw) for s in seeds]
     return out

@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn, Tensor
 
 from .core import progress
@@ -21,8 +22,9 @@ __all__ = ['FREQ', 'SIGNAL_FAMILIES', 'FIXED_SIGNALS', 'ANIMALS', 'VEHICLES', 't
            'restore_', 'perturb_', 'sample_population', 'evaluate_population', 'Candidate', 'select_top_k',
            'majority_vote', 'mean_ensemble', 'randopt', 'expert_density', 'specialization_index', 'es_update_',
            'es_finetune', 'Curves', 'make_signals', 'SignalMLP', 'pretrain_signal_mlp', 'rollout', 'rollout_predict',
-           'neg_mse', 'population_rollout', 'randopt_regression', 'density_sweep', 'make_compare_task',
-           'make_category_task', 'ChoiceTask', 'choice_predict', 'choice_reward', 'choice_predictions']
+           'neg_mse', 'population_rollout', 'randopt_regression', 'finetune_regression', 'density_sweep',
+           'make_compare_task', 'make_category_task', 'ChoiceTask', 'choice_predict', 'choice_reward',
+           'choice_predictions', 'finetune_choice']
 
 # %% ../nbs/17_thickets.ipynb #9b1bc194
 _M64 = 2**64 - 1
@@ -204,7 +206,7 @@ def randopt(model:nn.Module,            # pretrained network theta_0 (left uncha
     ens = {K: float(score(combine(test_preds[:K]), test).mean()) for K in ks}
     member_test = np.array([score(p, test).mean() for p in test_preds])
     sigma_mean = {float(s): float(R[sig == s].mean()) for s in np.unique(sig)}  # step 5
-    return dict(base_train=float(base_train.mean()), base_test=float(base_test.mean()),
+    return dict(base_train=float(base_train.mean()), base_test=float(base_test.mean()), base_test_items=base_test,
                 candidates=[Candidate(int(seeds[i]), float(sig[i]), float(R[i])) for i in order],
                 order=order, seeds=seeds, sigmas=sig, rewards=R, train_item_rewards=R_items, base_train_items=base_train,
                 ensemble_test=ens, member_test=member_test, top1_test=float(member_test[0]),
@@ -429,6 +431,31 @@ def randopt_regression(model:SignalMLP, post:Curves, test:Curves,
              post_mse=-r["rewards"], base_post_mse=-r["base_train"])
     return r
 
+# %% ../nbs/17_thickets.ipynb #c5fa6ace
+def finetune_regression(model:SignalMLP,  # network to fine-tune in place (the pretrained base, copied by the caller)
+                        post:Curves,      # the selection curves RandOpt scores its members on
+                        steps:int,        # full-batch Adam steps (matched compute: N // 3)
+                        lr:float=1e-3,    # Adam learning rate (the official pretraining rate)
+                        objective:str="next_value", # "next_value" (teacher forcing, the pretraining loss) or "rollout" (Eq. 7)
+                       )->dict:           # training loss per step and the compute in rollout equivalents
+    "Fine-tune on the `post` curves with Adam: next-value MSE with teacher forcing, or the rollout MSE through the rollout."
+    if not isinstance(steps, (int, np.integer)) or steps < 0: raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
+    if objective not in ("next_value", "rollout"): raise ValueError(f"objective must be 'next_value' or 'rollout', got {objective!r}")
+    opt, hist, c, T = torch.optim.Adam(model.parameters(), lr=lr), [], model.ctx, post.fut.shape[1]
+    y = torch.cat([post.ctx, post.fut], 1)                                 # (n, ctx + T)
+    X = y.unfold(1, c, 1)[:, :T].reshape(-1, c); Y = y[:, c:].reshape(-1)  # the T windows of each curve and their next values
+    for _ in progress(range(steps), desc="fine-tune", leave=False):
+        if objective == "next_value": loss = ((model(X) - Y)**2).mean()
+        else:
+            ctx, out = post.ctx, []
+            for _ in range(T):                                             # the rollout of Eq. 7, with gradients
+                yh = model(ctx); out.append(yh); ctx = torch.cat([ctx[:, 1:], yh[:, None]], 1)
+            loss = ((torch.stack(out, 1) - post.fut)**2).mean()
+        opt.zero_grad(); loss.backward(); opt.step(); hist.append(loss.item())
+    model.eval()
+    return dict(loss=hist, steps=int(steps), rollout_evals=3*int(steps), objective=objective)
+
 # %% ../nbs/17_thickets.ipynb #76af5750
 def density_sweep(model:nn.Module, predict:Callable, reward:Callable, items,
                   sigmas:Sequence[float],   # scales to measure
@@ -514,6 +541,7 @@ class ChoiceTask:
                 c.append(full[len(P)])
             if len(set(c)) != len(c): raise ValueError(f"item {i}: choices {it['choices']} share their first token; make their first tokens differ")
             ids.append(P); cands.append(c)
+        self.answer_tok = torch.tensor([c[it["choices"].index(it["answer"])] for c, it in zip(cands, self.items)])  # (n,)
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         order = np.argsort([len(p) for p in ids], kind="stable")           # similar lengths share a batch
         self.batches = []
@@ -533,11 +561,7 @@ class ChoiceTask:
         dev = next(model.parameters()).device
         out = [None]*len(self)
         for idx, x, m, pos, cands in self.batches:
-            kw = dict(input_ids=x.to(dev), attention_mask=m.to(dev), position_ids=pos.to(dev))
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.amp and dev.type == "cuda"):
-                try: logits = model(**kw, logits_to_keep=1).logits[:, -1]
-                except TypeError: logits = model(**kw).logits[:, -1]       # models without logits_to_keep
-            lp = torch.log_softmax(logits.float(), -1)                   # (B, V), on the model's device
+            lp = torch.log_softmax(_logits_last(model, x, m, pos, self.amp).float(), -1)   # (B, V), on the model's device
             rows = lp.gather(1, cands.to(dev)).cpu().unbind(0) if torch.is_tensor(cands) else [lp[r, c].cpu() for r, c in enumerate(cands)]
             for r, i in enumerate(idx.tolist()): out[i] = rows[r]                # only (B, C) numbers leave the device
         return torch.stack(out) if len({len(o) for o in out}) == 1 else out
@@ -552,6 +576,14 @@ class ChoiceTask:
         if len(preds) != len(self): raise ValueError(f"got {len(preds)} predictions for {len(self)} items")
         return np.array([float(p is not None and p == it["answer"]) for p, it in zip(preds, self.items)])
 
+def _logits_last(model, x, m, pos, amp:bool=False)->Tensor:
+    "Next-token logits after each left-padded prompt, (B, V)."
+    dev = next(model.parameters()).device
+    kw = dict(input_ids=x.to(dev), attention_mask=m.to(dev), position_ids=pos.to(dev))
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
+        try: return model(**kw, logits_to_keep=1).logits[:, -1]
+        except TypeError: return model(**kw).logits[:, -1]        # models without logits_to_keep
+
 def choice_predict(model, task:ChoiceTask)->list[str]:
     "`predict` for `randopt` on a `ChoiceTask`."
     return task.predict(model)
@@ -563,3 +595,24 @@ def choice_reward(preds, task:ChoiceTask)->np.ndarray:
 def choice_predictions(model, tok, items:Sequence[dict], batch_size:int=16)->list[str]:
     "Predict the choice of each item (argmax over the candidates' first tokens)."
     return ChoiceTask(tok, items, batch_size).predict(model)
+
+# %% ../nbs/17_thickets.ipynb #11b9d204
+def finetune_choice(model,            # a causal LM, fine-tuned in place (restore it with `snapshot`/`restore_`)
+                    task:ChoiceTask,  # the training items
+                    steps:int,        # full-batch Adam steps (matched compute: N // 3)
+                    lr:float=1e-5,    # Adam learning rate
+                   )->dict:           # training loss per step and the compute in item forward passes
+    "Supervised fine-tuning of every weight: Adam on the mean cross-entropy of each item's answer token."
+    if not isinstance(steps, (int, np.integer)) or steps < 0: raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt, hist, dev = torch.optim.Adam(params, lr=lr), [], next(model.parameters()).device
+    for _ in progress(range(steps), desc="fine-tune", leave=False):
+        opt.zero_grad(); tot = 0.0
+        for idx, x, m, pos, _ in task.batches:                    # gradient accumulation over the item batches
+            logits = _logits_last(model, x, m, pos, task.amp).float()                      # (B, V)
+            loss = F.cross_entropy(logits, task.answer_tok[idx].to(dev), reduction="sum")/len(task)
+            loss.backward(); tot += loss.item()
+        opt.step(); hist.append(tot)
+    for p in params: p.grad = None
+    return dict(loss=hist, steps=int(steps), item_forwards=3*int(steps)*len(task))

@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/ttt_discover.html.md"""
 
 # %% ../nbs/14_ttt_discover.ipynb #92483ebb
 from __future__ import annotations
-import json, math, os, re
+import json, math, os, re, time
 import multiprocessing as mp
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -24,13 +24,14 @@ from fastcore.basics import patch
 from .core import progress
 
 # %% auto #0
-__all__ = ['KNOWN', 'KNOWN_SOURCES', 'HAUGLAND_HALF', 'ERDOS', 'AC1', 'OPS', 'HPARAMS', 'OP_USES', 'HP_RANGE', 'haugland_51',
-           'erdos_c5', 'verify_erdos', 'verify_ac1', 'ac1_value', 'ac2_value', 'load_construction', 'verify_file',
-           'project_box_sum', 'smooth_max', 'erdos_smooth_loss', 'erdos_smooth_grad', 'ac1_smooth_loss',
-           'ac1_smooth_grad', 'Problem', 'make_erdos', 'make_ac1', 'check_action', 'run_program', 'kl_to_uniform',
-           'solve_beta', 'entropic_advantages', 'mean_baseline_advantages', 'pg_loss', 'State', 'PUCTArchive',
-           'state_features', 'ActionPolicy', 'ProgramPolicy', 'ActionCodec', 'make_tiny_llama', 'LMPolicy',
-           'smollm2_tokenizer', 'run_ttt_discover']
+__all__ = ['KNOWN', 'KNOWN_SOURCES', 'HAUGLAND_HALF', 'ERDOS', 'AC1', 'OPS', 'HPARAMS', 'OP_USES', 'HP_RANGE', 'PRIOR_MU',
+           'PRIOR_LOG_STD', 'MODES', 'haugland_51', 'erdos_c5', 'verify_erdos', 'verify_ac1', 'ac1_value', 'ac2_value',
+           'load_construction', 'verify_file', 'project_box_sum', 'smooth_max', 'erdos_smooth_loss',
+           'erdos_smooth_grad', 'ac1_smooth_loss', 'ac1_smooth_grad', 'erdos_overlaps', 'erdos_overlap_grads',
+           'ac1_terms', 'ac1_term_grads', 'lp_polish', 'Problem', 'make_erdos', 'make_ac1', 'check_action',
+           'run_program', 'kl_to_uniform', 'solve_beta', 'entropic_advantages', 'mean_baseline_advantages', 'pg_loss',
+           'State', 'PUCTArchive', 'state_features', 'ActionPolicy', 'ProgramPolicy', 'cem_update_', 'ActionCodec',
+           'make_tiny_llama', 'LMPolicy', 'smollm2_tokenizer', 'run_ttt_discover', 'adam_smooth', 'classical_search']
 
 # %% ../nbs/14_ttt_discover.ipynb #8b7dd20f
 KNOWN = {  # upper bounds (lower is better); values as in the TTT-Discover README and paper, Table "Mathematics"
@@ -263,6 +264,59 @@ def ac1_smooth_grad(a:np.ndarray, # heights, (n,), positive sum
     wa = _xcorr_full(w, a)[n-1:2*n-1]                       # sum_k w_k a_{k-j}, (n,)
     return 4*n*wa/S**2 - 4*n*np.dot(w, b)/S**3
 
+# %% ../nbs/14_ttt_discover.ipynb #29e2681b
+def erdos_overlaps(h:np.ndarray)->np.ndarray: # (2n-1,) overlaps c_m, m = -(n-1)..n-1
+    "Every overlap $c_m = dx\\sum_i h_{i+m}(1-h_i)$; $C_5$ is their maximum."
+    return _xcorr_full(h, 1.0 - h)*(2.0/len(h))
+
+def erdos_overlap_grads(h:np.ndarray,   # step heights, (n,)
+                        idx:np.ndarray, # positions in `erdos_overlaps(h)` (m + n - 1), (K,)
+                       )->np.ndarray:   # d c_m / d h_j, (K, n)
+    "Gradients $dx\\,(g_{j-m} - h_{j+m})$ of the overlaps at `idx` (entries outside 0..n-1 count as 0)."
+    n = len(h); g = 1.0 - h
+    m, j = np.asarray(idx)[:, None] - (n - 1), np.arange(n)[None]
+    a, b = j - m, j + m
+    return (np.where((a >= 0) & (a < n), g[np.clip(a, 0, n - 1)], 0.0) - np.where((b >= 0) & (b < n), h[np.clip(b, 0, n - 1)], 0.0))*(2.0/n)
+
+def ac1_terms(a:np.ndarray)->np.ndarray:  # (2n-1,)
+    "The ratios $2n(a*a)_k/(\\sum a)^2$; $C_1$ is their maximum."
+    n = len(a); return 2*n*_conv_full(a, a)/a.sum()**2
+
+def ac1_term_grads(a:np.ndarray, idx:np.ndarray)->np.ndarray:  # (K, n)
+    "Gradients $4n\\,a_{k-j}/S^2 - 4n\\,(a*a)_k/S^3$ of the ratios at `idx`."
+    n, S = len(a), a.sum(); k, j = np.asarray(idx)[:, None], np.arange(n)[None]
+    A = np.where((k - j >= 0) & (k - j < n), a[np.clip(k - j, 0, n - 1)], 0.0)
+    return 4*n*A/S**2 - 4*n*_conv_full(a, a)[np.asarray(idx)][:, None]/S**3
+
+def lp_polish(x:np.ndarray,            # start, (n,), feasible
+              value:Callable,           # exact objective, max of `terms`
+              terms:Callable,           # x -> all terms c_k, (K_all,)
+              term_grads:Callable,      # (x, idx) -> their gradients, (K, n)
+              project:Callable,         # x -> feasible x (cleans up rounding)
+              lo:float=0.0, hi:float=1.0, # box of every entry
+              iters:int=5,              # linear programs to solve
+              rho:float=0.01,           # initial trust-region radius (max-norm)
+              n_active:int=128,         # largest terms linearised per step
+              rho_max:float=0.2,        # largest radius
+             )->tuple[np.ndarray, float]: # (best point, its value)
+    "Sequential linear programming with a trust region on $\\max_k c_k(x)$, subject to the sum and box constraints (scipy HiGHS)."
+    from scipy.optimize import linprog
+    if iters < 0 or not rho > 0: raise ValueError(f"need iters >= 0 and rho > 0, got iters={iters}, rho={rho}")
+    x = np.asarray(x, dtype=np.float64); n = len(x); best_v = value(x)
+    obj, eq = np.r_[np.zeros(n), 1.0], np.r_[np.ones(n), 0.0][None]                  # variables (d, t): minimise t
+    for _ in range(iters):
+        c = terms(x); K = min(len(c), n_active)
+        idx = np.argpartition(c, len(c) - K)[len(c) - K:]                            # the K largest terms
+        A = np.hstack([term_grads(x, idx), -np.ones((K, 1))])                        # c_k + g_k.d - t <= 0
+        box = [(max(lo - xi, -rho), min(hi - xi, rho)) for xi in x] + [(None, None)]
+        res = linprog(obj, A_ub=A, b_ub=-c[idx], A_eq=eq, b_eq=[0.0], bounds=box, method="highs")
+        if res.status == 0 and res.x is not None:
+            y = project(x + res.x[:n]); v = value(y)
+            if v < best_v: x, best_v, rho = y, v, min(1.5*rho, rho_max); continue
+        rho *= 0.5                                                                    # rejected: shrink the region
+        if rho < 1e-9: break
+    return x, float(best_v)
+
 # %% ../nbs/14_ttt_discover.ipynb #d9f22f04
 @dataclass(frozen=True)
 class Problem:
@@ -279,6 +333,10 @@ class Problem:
     record: float = 0.0            # the best known value (TTT-Discover's)
     redraw_initial: bool = False   # re-draw an initial state each time it is picked (official AC1 behaviour)
     description: str = ""          # one-paragraph statement, for the LM policy's prompt
+    terms: Callable|None = None    # x -> the terms whose max is `value` (for the LP polish)
+    term_grads: Callable|None = None # (x, idx) -> their gradients
+    lo: float = 0.0                # box of every entry
+    hi: float = 1.0
 
     def reward(self, x:np.ndarray)->float:
         "$R = 1/\\text{value}(x)$."
@@ -311,7 +369,8 @@ def make_erdos(max_len:int=1000,  # longest construction kept (official MAX_ERDO
     return Problem("erdos", partial(_erdos_init, n_lo=n_init[0], n_hi=n_init[1]), _erdos_value, verify_erdos,
                    erdos_smooth_grad, _erdos_project, max_len=max_len, ref=0.38, record=KNOWN["erdos"]["ttt_discover"],
                    description=("Erdős minimum overlap: find a step function h on [0, 2] with values in [0, 1] and integral 1 "
-                                "that minimises C5 = max_k of the integral of h(x)(1 - h(x+k)) dx."))
+                                "that minimises C5 = max_k of the integral of h(x)(1 - h(x+k)) dx."),
+                   terms=erdos_overlaps, term_grads=erdos_overlap_grads, lo=0.0, hi=1.0)
 
 def make_ac1(max_len:int=2000,          # longest construction kept (official: 100000)
              n_init:tuple=(1000, 2000), # range of initial lengths (official: 1000..8000)
@@ -322,15 +381,16 @@ def make_ac1(max_len:int=2000,          # longest construction kept (official: 1
                    ac1_smooth_grad, _ac1_project, max_len=max_len, min_len=1000, ref=1.5,
                    record=KNOWN["ac1"]["ttt_discover"], redraw_initial=True,
                    description=("First autocorrelation inequality: find a non-negative step function f on [-1/4, 1/4] "
-                                "that minimises C1 = max_t (f*f)(t) / (integral of f)^2."))
+                                "that minimises C1 = max_t (f*f)(t) / (integral of f)^2."),
+                   terms=ac1_terms, term_grads=ac1_term_grads, lo=0.0, hi=np.inf)
 
 ERDOS, AC1 = make_erdos(), make_ac1()
 
 # %% ../nbs/14_ttt_discover.ipynb #f0c66244
-OPS = ("grad", "hill", "upsample_grad", "symmetrize_grad")
+OPS = ("grad", "hill", "upsample_grad", "symmetrize_grad", "lp")
 HPARAMS = ("log10_lr", "log10_tau", "log10_sigma")
 OP_USES = {"grad": ("log10_lr", "log10_tau"), "hill": ("log10_sigma",),
-           "upsample_grad": ("log10_lr", "log10_tau"), "symmetrize_grad": ("log10_lr", "log10_tau")}
+           "upsample_grad": ("log10_lr", "log10_tau"), "symmetrize_grad": ("log10_lr", "log10_tau"), "lp": ("log10_sigma",)}
 HP_RANGE = {"log10_lr": (-4.0, 3.0), "log10_tau": (-6.0, 0.0), "log10_sigma": (-5.0, 0.0)}
 
 def check_action(action:dict)->dict:
@@ -361,6 +421,10 @@ def run_program(problem:Problem,        # the problem
     elif op == "symmetrize_grad":
         x = problem.project((x + x[::-1])/2); op = "grad"
     best_x, best_v = x, problem.value(x)
+    if op == "lp":
+        if problem.terms is None: raise ValueError(f"operator 'lp' needs the problem's terms and term_grads; {problem.name} has none")
+        return lp_polish(x, problem.value, problem.terms, problem.term_grads, problem.project, problem.lo, problem.hi,
+                         iters=max(1, iters // 4), rho=10**hp["log10_sigma"])
     if op == "grad":
         lr, tau = 10**hp["log10_lr"], 10**hp["log10_tau"]
         for _ in range(iters):
@@ -582,20 +646,26 @@ class ActionPolicy(nn.Module):
         "$\\log\\pi$ of each group's actions."
         return [self.log_prob(f, a) for f, a in zip(features, actions)]
 
+PRIOR_MU = tuple((HP_RANGE[h][0] + HP_RANGE[h][1])/2 for h in HPARAMS)                 # centre of each range: (-0.5, -3, -2.5)
+PRIOR_LOG_STD = tuple(math.log((HP_RANGE[h][1] - HP_RANGE[h][0])/4) for h in HPARAMS)   # a quarter of each range
+
 class ProgramPolicy(ActionPolicy):
     "Softmax over operators and Gaussians over log10 hyperparameters; state independent or an MLP of state features."
     def __init__(self,
                  state_independent:bool=True,          # True: plain parameters (spec default); False: MLP of features
                  hidden:int=32,                        # MLP width
-                 init_mu:tuple=(-1.5, -3.0, -2.0),     # initial means of log10 lr, tau, sigma (spec 4.2)
-                 init_log_std:float=0.0,               # initial log std (std 1)
+                 init_mu:tuple=PRIOR_MU,               # initial means of log10 lr, tau, sigma (default: the centre of each range)
+                 init_log_std:float|tuple=PRIOR_LOG_STD, # initial log stds, one or one per hyperparameter (default: a quarter range)
+                 init_logits:tuple|None=None,          # initial operator logits (default: all 0, uniform)
                  seed:int=0,                           # initialisation seed of the MLP's hidden layers
                 ):
         super().__init__()
         self.state_independent = state_independent
-        self.logits = nn.Parameter(torch.zeros(len(OPS)))               # (4,)
+        self.logits = nn.Parameter(torch.zeros(len(OPS)) if init_logits is None else torch.tensor(init_logits, dtype=torch.float32))  # (ops,)
         self.mu = nn.Parameter(torch.tensor(init_mu, dtype=torch.float32))  # (3,)
-        self.log_std = nn.Parameter(torch.full((len(HPARAMS),), float(init_log_std)))
+        self.log_std = nn.Parameter(torch.broadcast_to(torch.as_tensor(init_log_std, dtype=torch.float32), (len(HPARAMS),)).clone())
+        if self.logits.shape != (len(OPS),) or self.mu.shape != (len(HPARAMS),):
+            raise ValueError(f"init_logits needs {len(OPS)} values and init_mu {len(HPARAMS)}, got {tuple(self.logits.shape)} and {tuple(self.mu.shape)}")
         if not state_independent:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
@@ -610,7 +680,7 @@ class ProgramPolicy(ActionPolicy):
         return torch.tensor([100*(f["value"] - f["ref"]), math.log2(max(f["n"], 1))/10, f["t"]/max(f["steps"], 1)])
 
     def dist(self, f:dict)->tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        "(operator logits (4,), means (3,), stds (3,)) at the state described by `f`."
+        "(operator logits (ops,), means (3,), stds (3,)) at the state described by `f`."
         if self.state_independent: logits, mu = self.logits, self.mu
         else:
             out = self.net(self.feature_vector(f)); logits, mu = out[:len(OPS)], out[len(OPS):]
@@ -639,6 +709,32 @@ def log_prob(self:ProgramPolicy, features:dict, actions:list[dict])->torch.Tenso
             j = HPARAMS.index(k); lp = lp + normal.log_prob(torch.tensor(float(a[k])))[j]
         out.append(lp)
     return torch.stack(out)
+
+# %% ../nbs/14_ttt_discover.ipynb #5b470fee
+@torch.no_grad()
+def cem_update_(policy:ProgramPolicy,  # a state-independent program policy, updated in place
+                actions:list[dict],     # the actions of one step
+                rewards:Sequence[float],# their rewards
+                elite_frac:float=0.25,  # fraction kept as elites
+                smoothing:float=0.5,    # weight of the new fit
+                min_std:float=0.05,     # floor of each standard deviation
+               )->ProgramPolicy:
+    "One cross-entropy-method step: move the policy towards its elite actions."
+    if not policy.state_independent: raise ValueError("cem_update_ needs a state-independent ProgramPolicy")
+    if len(actions) != len(rewards) or len(actions) < 2: raise ValueError(f"need one reward per action and >= 2 actions, got {len(actions)} and {len(rewards)}")
+    n_el = max(2, math.ceil(elite_frac*len(actions)))
+    el = [actions[i] for i in np.argsort(-np.asarray(rewards, dtype=np.float64), kind="stable")[:n_el]]
+    freq = torch.tensor([sum(a["op"] == o for a in el) for o in OPS], dtype=torch.float32)/len(el)
+    p = (1 - smoothing)*F.softmax(policy.logits, -1) + smoothing*freq
+    policy.logits.copy_(p.clamp_min(1e-6).log())
+    std = policy.log_std.exp()
+    for j, h in enumerate(HPARAMS):
+        z = torch.tensor([a[h] for a in el if h in OP_USES[a["op"]]], dtype=torch.float32)
+        if len(z) >= 2:
+            policy.mu[j] = (1 - smoothing)*policy.mu[j] + smoothing*z.mean()
+            std[j] = (1 - smoothing)*std[j] + smoothing*z.std().clamp_min(min_std)
+    policy.log_std.copy_(std.log())
+    return policy
 
 # %% ../nbs/14_ttt_discover.ipynb #b787c297
 class ActionCodec:
@@ -727,7 +823,8 @@ class LMPolicy(ActionPolicy):
                 f"(lower is better; best known {f['record']:.6f}). Training step {f['t'] + 1} of {f['steps']}.\n"
                 "Write the next optimisation program. Operators: 0 = projected gradient descent on a smooth max "
                 "(uses lr, tau); 1 = random-window hill climbing (uses sigma); 2 = upsample by 2, then gradient descent; "
-                "3 = symmetrize, then gradient descent. Give log10 of each hyperparameter with one decimal, "
+                "3 = symmetrize, then gradient descent; 4 = linear-programming polish (uses sigma as its step bound). "
+                "Give log10 of each hyperparameter with one decimal, "
                 "e.g. op=0 lr=-1.5 tau=-3.0 sigma=-2.0")
         if not self.chat: return text + "\n"
         from maspob_etal.models import chat_prompt
@@ -818,14 +915,16 @@ def _rollout(job:tuple)->tuple:
     except (ValueError, ArithmeticError): return None, None
     return (xb, v) if math.isfinite(v) and v > 0 else (None, None)
 
+MODES = ("ttt", "frozen", "expected", "cem", "restarts")
+
 def _check_run_args(mode, steps, groups, group_size, iters, workers):
-    if mode not in ("ttt", "frozen", "expected"): raise ValueError(f"mode must be 'ttt', 'frozen' or 'expected', got {mode!r}")
+    if mode not in MODES: raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     for k, v, lo in (("steps", steps, 0), ("groups", groups, 1), ("group_size", group_size, 1), ("iters", iters, 0), ("workers", workers, 0)):
         if not isinstance(v, (int, np.integer)) or v < lo: raise ValueError(f"{k} must be an integer >= {lo}, got {v!r}")
 
 # %% ../nbs/14_ttt_discover.ipynb #af398306
 def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Problem`
-                     mode:Literal["ttt", "frozen", "expected"]="ttt", # train (entropic), keep the policy frozen, or train on expected reward
+                     mode:str="ttt",               # "ttt" (entropic), "frozen", "expected" (mean-baseline PG), "cem" or "restarts" (see MODES)
                      steps:int=25,                 # training steps (the paper: 50)
                      groups:int=4,                 # states picked by PUCT per step
                      group_size:int=8,             # rollouts per group (official CLI: 8)
@@ -856,18 +955,21 @@ def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Pr
     archive = PUCTArchive([(x, -problem.value(x)) for x in initial], c=c, max_size=max_size,
                           topk_children=topk_children, max_len=problem.max_len, min_len=problem.min_len)
     params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=policy_lr) if mode != "frozen" and params else None
-    gen, rng_redraw = torch.Generator().manual_seed(seed), np.random.default_rng([seed, 2])
+    opt = torch.optim.Adam(params, lr=policy_lr) if mode in ("ttt", "expected") and params else None
+    gen, rng_redraw, rng_restart = torch.Generator().manual_seed(seed), np.random.default_rng([seed, 2]), np.random.default_rng([seed, 3])
     i0 = int(np.argmin([problem.value(x) for x in initial]))
     best_x, best_v = initial[i0], problem.value(initial[i0])
     out = dict(problem=problem.name, mode=mode, seed=seed, initial_best=best_v, curve=[], betas=[], op_frac=[],
                log10_lr=[], failed=0, rollouts=0)
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
     pool = executor if executor is not None else (
         ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 0 else None)
     try:
         for t in progress(range(steps), desc=f"{problem.name}/{mode}/seed {seed}", disable=not show_progress):
-            parents = archive.select(groups)                                   # 2.1 PUCT
-            if problem.redraw_initial and construction_path is None:
+            if mode == "restarts":                                             # best-of-N: every group from a fresh start, no reuse
+                parents = [State(-1, x, -problem.value(x), (), True) for x in (problem.init_state(rng_restart) for _ in range(groups))]
+            else: parents = archive.select(groups)                             # 2.1 PUCT
+            if problem.redraw_initial and construction_path is None and mode != "restarts":
                 for s in {id(s): s for s in parents if s.initial}.values():
                     x = problem.init_state(rng_redraw); archive.replace_initial(s, x, -problem.value(x))
             feats = [state_features(problem, -s.value, len(s.x), t, steps) for s in parents]
@@ -875,27 +977,77 @@ def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Pr
             jobs = [(problem, s.x, a, (seed, 1, t, g, i), iters) for g, s in enumerate(parents) for i, a in enumerate(actions[g])]
             res = list(pool.map(_rollout, jobs, chunksize=max(1, len(jobs)//(4*max(1, workers or 4))))) if pool \
                   else [_rollout(j) for j in jobs]                            # 2.3 run and verify
-            advs, betas = [], []
+            advs, betas, rewards = [], [], []
             for g, s in enumerate(parents):
                 rg = res[g*group_size:(g+1)*group_size]
                 r = np.array([0.0 if v is None else 1.0/v for _, v in rg])     # R = 1/C, 0 when failed
-                b = solve_beta(r, delta); betas.append(b)                      # 2.4 advantages
+                b = solve_beta(r, delta); betas.append(b); rewards.append(r)   # 2.4 advantages
                 advs.append(mean_baseline_advantages(r) if mode == "expected" else entropic_advantages(r, beta=b))
-                archive.update(s, [(x, None if v is None else -v) for x, v in rg], step=t)   # 2.5 back-up, children
+                if mode != "restarts":
+                    archive.update(s, [(x, None if v is None else -v) for x, v in rg], step=t)   # 2.5 back-up, children
                 for x, v in rg:
                     if v is not None and v < best_v: best_x, best_v = x, v
                 out["failed"] += sum(v is None for _, v in rg)
+            flat = [a for acts in actions for a in acts]
             if opt is not None:                                                # one gradient step on the policy
                 logp = torch.cat(policy.log_prob_groups(feats, actions))
                 loss = pg_loss(logp, torch.tensor(np.concatenate(advs), dtype=logp.dtype))
                 opt.zero_grad(); loss.backward(); opt.step()
-            flat = [a for acts in actions for a in acts]
+            elif mode == "cem": cem_update_(policy, flat, np.concatenate(rewards))
             out["rollouts"] += len(flat); out["curve"].append(float(best_v)); out["betas"].append(betas)
             out["op_frac"].append([sum(a["op"] == o for a in flat)/len(flat) for o in OPS])
             out["log10_lr"].append(float(np.mean([a["log10_lr"] for a in flat if "grad" in a["op"]] or [np.nan])))
     finally:
         if pool is not None and executor is None: pool.shutdown()
     out.update(best_value=problem.verify(best_x), best_x=best_x, archive_size=len(archive), policy=policy,
+               wall_s=time.perf_counter() - t_wall, cpu_s=time.process_time() - t_cpu,   # cpu_s: this process only (workers not counted)
                mean_curve=float(np.mean(out["curve"])) if out["curve"] else float(best_v))
     if construction_path is not None: out["construction_value"] = v0
     return out
+
+# %% ../nbs/14_ttt_discover.ipynb #201ed1a9
+def adam_smooth(problem:Problem,         # the problem (its smooth gradient and projection)
+                x:np.ndarray,             # start, (n,)
+                steps:int=600,            # Adam steps
+                lr:float=0.01,            # Adam learning rate
+                tau:tuple=(1e-2, 1e-5),   # smooth-max temperature, annealed geometrically from tau[0] to tau[1]
+               )->tuple[np.ndarray, float]: # (best point seen, its value)
+    "Projected Adam on the smooth max with an annealed temperature; returns the best iterate by the exact value."
+    x = problem.project(np.asarray(x, dtype=np.float64)); m, v = np.zeros_like(x), np.zeros_like(x)
+    best_x, best_v = x, problem.value(x)
+    for t in range(1, steps + 1):
+        g = problem.grad(x, tau[0]*(tau[1]/tau[0])**(t/steps))
+        m = 0.9*m + 0.1*g; v = 0.999*v + 0.001*g*g
+        x = problem.project(x - lr*(m/(1 - 0.9**t))/(np.sqrt(v/(1 - 0.999**t)) + 1e-12))
+        val = problem.value(x)
+        if val < best_v: best_x, best_v = x, val
+    return best_x, float(best_v)
+
+def classical_search(problem:Problem,    # a problem with `terms` (for the LP polish)
+                     seed:int=0,          # seeds the random starts
+                     restarts:int=4,      # random starts, each Adam then polish
+                     adam_steps:int=600,  # Adam steps per start
+                     adam_lr:float=0.01,
+                     tau:tuple=(1e-2, 1e-5),
+                     lp_iters:int=100,    # linear programs per polish
+                     rho:float=0.01,      # initial trust radius of the polish
+                     upsample:int=1,      # times the best is upsampled by 2 and polished again (within max_len)
+                     show_progress:bool=False,
+                    )->dict:              # best construction and value, per-start values, CPU and wall time
+    "The classical baseline: restarts of (Adam on the smooth max, then LP polish), then upsample the best and polish."
+    if restarts < 1: raise ValueError(f"restarts must be >= 1, got {restarts}")
+    if problem.terms is None: raise ValueError(f"classical_search needs the problem's terms for the LP polish; {problem.name} has none")
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
+    rng, best_x, best_v, per_start = np.random.default_rng([seed, 7]), None, math.inf, []
+    polish = lambda x: lp_polish(x, problem.value, problem.terms, problem.term_grads, problem.project, problem.lo, problem.hi,
+                                 iters=lp_iters, rho=rho)
+    for _ in progress(range(restarts), desc=f"classical {problem.name}", disable=not show_progress):
+        x, _ = adam_smooth(problem, problem.init_state(rng), adam_steps, adam_lr, tau)
+        x, v = polish(x); per_start.append(v)
+        if v < best_v: best_x, best_v = x, v
+    for _ in range(upsample):
+        if 2*len(best_x) > problem.max_len: break
+        x, v = polish(problem.project(np.repeat(best_x, 2)))
+        if v < best_v: best_x, best_v = x, v
+    return dict(best_x=best_x, best_value=problem.verify(best_x), per_start=per_start, cpu_s=time.process_time() - t_cpu,
+                wall_s=time.perf_counter() - t_wall)

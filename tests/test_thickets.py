@@ -1,13 +1,17 @@
-"Tests of maspob_etal.thickets (RandOpt / Neural Thickets): perturbations, selection, voting, ES, the 1D toy, LLM scoring."
+"Tests of maspob_etal.thickets (RandOpt / Neural Thickets): perturbations, selection, voting, ES, fine-tuning baselines, the 1D toy, LLM scoring, thread independence."
 import numpy as np
 import pytest
 import scipy.stats
 import torch
 from hypothesis import given, settings, strategies as st
 from torch import nn
+import pathlib, sys
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _threads import assert_thread_independent
 
 from maspob_etal.thickets import (ChoiceTask, Curves, SignalMLP, choice_predict, choice_reward, density_sweep, es_finetune,
-                                  es_update_, evaluate_population, expert_density, majority_vote, make_category_task,
+                                  es_update_, evaluate_population, expert_density, finetune_choice, finetune_regression,
+                                  majority_vote, make_category_task,
                                   make_compare_task, make_signals, mean_ensemble, neg_mse, param_noise, perturb_,
                                   population_rollout, randopt, randopt_regression, restore_, rollout, rollout_predict,
                                   sample_population, select_top_k, snapshot, specialization_index, tensor_seed)
@@ -264,3 +268,106 @@ def test_density_sweep_sigma_zero_and_types():
     assert d["density"][0.0] == 0.0 and 0.0 <= d["density"][0.05] <= 1.0
     with pytest.raises(TypeError, match="needs a SignalMLP"): next(population_rollout(nn.Linear(10, 1), [(1, 0.1)], c))
     with pytest.raises(ValueError, match="init must be"): SignalMLP(init="zeros")
+
+# --- fine-tuning baselines, ES trajectory, formulas pinned -------------------------------------------------------------
+
+def _adam_by_hand(params, grads_fn, steps, lr, b1=0.9, b2=0.999, eps=1e-8):
+    "Adam written from its update rule (Kingma & Ba), with gradients from `grads_fn()`."
+    m = [torch.zeros_like(p) for p in params]; v = [torch.zeros_like(p) for p in params]
+    for t in range(1, steps + 1):
+        gs = grads_fn()
+        with torch.no_grad():
+            for p, g, mi, vi in zip(params, gs, m, v):
+                mi.mul_(b1).add_((1 - b1)*g); vi.mul_(b2).add_((1 - b2)*g*g)
+                p.sub_(lr*(mi/(1 - b1**t))/((vi/(1 - b2**t)).sqrt() + eps))
+
+@pytest.mark.parametrize("objective", ["next_value", "rollout"])
+def test_finetune_regression_equals_adam_by_hand(objective):
+    base = SignalMLP(width=16, seed=3)
+    post = make_signals("sinusoid", 6, fut=9, rng=7)
+    ours = SignalMLP(width=16, seed=3); ours.load_state_dict(base.state_dict())
+    h = finetune_regression(ours, post, steps=4, lr=3e-3, objective=objective)
+    ref = SignalMLP(width=16, seed=3); ref.load_state_dict(base.state_dict())
+    y = torch.cat([post.ctx, post.fut], 1)
+    def loss_fn(net):
+        if objective == "next_value":                                   # every window, written out one by one
+            return sum((net(y[i:i+1, t:t+10])[0] - y[i, t+10])**2 for i in range(6) for t in range(9))/(6*9)
+        ctx, ys = post.ctx, []
+        for _ in range(9):                                              # the rollout, written out again
+            yh = net(ctx); ys.append(yh); ctx = torch.cat([ctx[:, 1:], yh[:, None]], 1)
+        return ((torch.stack(ys, 1) - post.fut)**2).sum()/(6*9)
+    l0 = loss_fn(ref).item()
+    _adam_by_hand(list(ref.parameters()), lambda: torch.autograd.grad(loss_fn(ref), list(ref.parameters())), 4, 3e-3)
+    for a, b in zip(ours.parameters(), ref.parameters()): assert torch.allclose(a, b, atol=1e-6)
+    assert h["rollout_evals"] == 12 and len(h["loss"]) == 4 and h["loss"][-1] < h["loss"][0]
+    assert h["loss"][0] == pytest.approx(l0, rel=1e-5)
+    with pytest.raises(ValueError, match="lr must be"): finetune_regression(ours, post, 1, lr=0.0)
+    with pytest.raises(ValueError, match="objective must be"): finetune_regression(ours, post, 1, objective="bptt")
+
+def test_finetune_choice_is_sft_on_the_answer_token(tok, tiny_llama):
+    task = ChoiceTask(tok, make_category_task(6, seed=5, split="train"), batch_size=4)   # two batches: accumulation matters
+    for it, a in zip(task.items, task.answer_tok):                      # the first token of the right answer
+        P = tok(it["prompt"], add_special_tokens=False)["input_ids"]
+        assert tok(it["prompt"] + it["answer"], add_special_tokens=False)["input_ids"][len(P)] == int(a)
+    base = snapshot(tiny_llama)
+    def full_loss(model):                                               # one prompt at a time, no padding, no batching
+        ls = []
+        for it, a in zip(task.items, task.answer_tok):
+            ids = torch.tensor([tok(it["prompt"], add_special_tokens=False)["input_ids"]])
+            ls.append(torch.nn.functional.cross_entropy(model(input_ids=ids).logits[0, -1][None], a[None]))
+        return torch.stack(ls).mean()
+    want0 = full_loss(tiny_llama).item()
+    params = [p for p in tiny_llama.parameters()]
+    _adam_by_hand(params, lambda: torch.autograd.grad(full_loss(tiny_llama), params), 2, 1e-3)
+    ref = {k: p.detach().clone() for k, p in tiny_llama.named_parameters()}
+    restore_(tiny_llama, base)
+    h = finetune_choice(tiny_llama, task, steps=2, lr=1e-3)
+    assert h["loss"][0] == pytest.approx(want0, rel=1e-4) and h["item_forwards"] == 36
+    for k, p in tiny_llama.named_parameters(): assert torch.allclose(p, ref[k], atol=2e-5), k
+    assert all(p.grad is None for p in tiny_llama.parameters())
+    restore_(tiny_llama, base)
+
+def test_es_finetune_trajectory_equals_eq6_by_hand():
+    "Two ES iterations of es_finetune against Eq. 6 written out: population seeds, z-scored rewards, noise per tensor."
+    X = torch.randn(40, 4, generator=torch.Generator().manual_seed(0)); y = (X[:, 1] > 0).long()
+    predict = lambda m, items: m(items[0]).detach()
+    reward = lambda preds, items: -torch.nn.functional.cross_entropy(preds, items[1], reduction="none").numpy()
+    m = nn.Linear(4, 2); th0 = snapshot(m)
+    h = es_finetune(m, predict, reward, [X, y], sigma=0.05, alpha=0.1, population=4, iterations=2, seed=9)
+    ref = nn.Linear(4, 2); restore_(ref, th0)
+    rng = np.random.default_rng(9)
+    for _ in range(2):
+        seeds = rng.choice(2**31, size=4, replace=False).tolist()
+        R = []
+        for s in seeds:
+            with torch.no_grad():
+                W = {k: p + 0.05*param_noise(p, s, j) for j, (k, p) in enumerate(ref.named_parameters())}
+            R.append(np.mean(reward(torch.nn.functional.linear(X, W["weight"], W["bias"]), [X, y])))
+        R = np.array(R); z = (R - R.mean())/(R.std() + 1e-8)
+        with torch.no_grad():
+            for j, p in enumerate(ref.parameters()): p.add_(0.1/4*sum(zi*param_noise(p, s, j) for zi, s in zip(z, seeds)))
+    for a, b in zip(m.parameters(), ref.parameters()): assert torch.allclose(a, b, atol=1e-6)
+    assert h["n_evals"] == 8
+
+def test_formulas_pinned_where_every_term_matters():
+    c = Curves(torch.tensor([[0.0]]).expand(2, 1), torch.tensor([[1.0, 2.0, 3.0], [0.5, -0.5, 1.5]]))
+    preds = torch.tensor([[1.5, 2.0, 2.0], [0.0, 0.0, 0.0]])
+    assert np.allclose(neg_mse(preds, c), [-(0.25 + 0 + 1)/3, -(0.25 + 0.25 + 2.25)/3])
+    M = np.array([[2.0, 0.0], [0.0, 2.0], [0.0, 0.0]])               # centred Gram matrix has eigenvalues 4 and 4/3 (s1 != 1)
+    assert specialization_index(M) == pytest.approx(1 - 4/(16/3))
+    assert expert_density([0.1, 0.3, 0.35, 0.6], base=0.2, margin=0.15) == 0.5
+    m = nn.Linear(3, 2); th0 = snapshot(m)
+    perturb_(m, 4, 0.3)
+    for j, (k, p) in enumerate(m.named_parameters()): assert torch.allclose(p, th0[k] + 0.3*param_noise(p, 4, j))
+
+def test_toy_randopt_and_finetuning_do_not_depend_on_the_thread_count():
+    assert_thread_independent("""
+import torch
+torch.set_num_threads(1)          # as the notebook does on a CPU
+from maspob_etal.thickets import SignalMLP, pretrain_signal_mlp, make_signals, randopt_regression, finetune_regression, rollout_predict, neg_mse
+net = pretrain_signal_mlp(SignalMLP(seed=0), "mixed", iters=20, seed=0)
+post, test = make_signals("sinusoid", 16, rng=1), make_signals("sinusoid", 16, rng=2)
+r = randopt_regression(net, post, test, N=16, K=[1, 5], sigma=0.002, seed=0)
+finetune_regression(net, post, steps=3)
+result = [r["base_mse"], r["ensemble_mse"][5], r["top1_mse"], float(-neg_mse(rollout_predict(net, test), test).mean())]
+""")

@@ -1,5 +1,5 @@
-"TTT-Discover (method 14): verifiers, known values, invariances, gradients, projection, entropic advantages, PUCT, fairness, LM policy."
-import json, math, os
+"TTT-Discover (method 14): verifiers, known values, invariances, gradients, projection, the LP polish, entropic advantages, PUCT (scores pinned), CEM, modes and fairness, the classical baseline, thread independence, LM policy."
+import dataclasses, json, math, os
 from pathlib import Path
 
 import numpy as np
@@ -8,8 +8,14 @@ import torch
 from hypothesis import example, given, settings, strategies as st
 from scipy.optimize import minimize
 
+import pathlib, sys
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _threads import assert_thread_independent
+
 from maspob_etal.ttt_discover import (
-    AC1, ERDOS, HPARAMS, KNOWN, KNOWN_SOURCES, OPS, LMPolicy, ProgramPolicy, PUCTArchive, ac1_smooth_grad, ac1_smooth_loss,
+    AC1, ERDOS, HPARAMS, KNOWN, KNOWN_SOURCES, MODES, OPS, PRIOR_LOG_STD, PRIOR_MU, LMPolicy, ProgramPolicy, PUCTArchive,
+    ac1_term_grads, ac1_terms, adam_smooth, cem_update_, classical_search, erdos_overlap_grads, erdos_overlaps, lp_polish,
+    ac1_smooth_grad, ac1_smooth_loss,
     ac1_value, ac2_value, entropic_advantages, erdos_c5, erdos_smooth_grad, erdos_smooth_loss, haugland_51, kl_to_uniform,
     load_construction, make_ac1, make_erdos, make_tiny_llama, mean_baseline_advantages, project_box_sum, run_program,
     run_ttt_discover, smollm2_tokenizer, solve_beta, state_features, verify_ac1, verify_erdos, verify_file)
@@ -143,6 +149,20 @@ def test_puct_prior_and_q():
     by_value = np.argsort([-s.value for s in arc.states])
     assert np.all(np.diff(P[by_value]) < 0)                                  # decreasing in rank
     for s in arc.states: assert arc.Q(s) == s.value                          # unexpanded: own value
+
+def test_puct_score_pinned_by_hand():
+    "score = Q + c * scale * P * sqrt(1 + T) / (1 + n), every term different from 1 and 0."
+    arc = _arc([-0.5, -0.4, -0.45])                                          # P = (1, 3, 2)/6 by rank; scale = 0.1
+    ids = [s.id for s in arc.states]
+    arc.T = 8; arc.n = {ids[0]: 3, ids[2]: 1}; arc.m = {ids[0]: -0.42}      # Q: -0.42 (expanded), -0.4, -0.45 (no child value yet)
+    score, P, bonus = arc.scores()
+    assert np.allclose(P, [1/6, 3/6, 2/6]) and arc.scale() == pytest.approx(0.1)
+    assert np.allclose(score, [-0.42 + 0.1*(1/6)*3/4, -0.4 + 0.1*(3/6)*3/1, -0.45 + 0.1*(2/6)*3/2], atol=1e-15)
+    arc2 = _arc([-0.5, -0.4, -0.45], c=2.5); arc2.T = 15
+    assert np.allclose(arc2.scores()[2], 2.5*0.1*np.array([1/6, 3/6, 2/6])*4)   # sqrt(1 + 15) = 4
+    kid = arc.update(arc.states[1], [(np.array([7.0, 1.0]), -0.41), (np.array([7.0, 2.0]), -0.3)])   # non-initial states exist
+    assert arc.scale() == pytest.approx(0.11)                                # max - min over non-initial states only
+    assert arc.T == 9 and arc.Q(arc.states[1]) == -0.3
 
 def test_puct_update_backs_up_max_and_counts():
     arc = _arc([-0.5, -0.4]); p = arc.states[0]
@@ -292,3 +312,70 @@ def test_lm_policy_ttt_trains_lora_and_frozen_does_not(tok):
     assert out["ttt"][1] and all("lora_" in n for n in out["ttt"][1])         # only the adapters move
     assert out["ttt"][0]["rollouts"] == out["frozen"][0]["rollouts"] == 12
     assert out["ttt"][0]["initial_best"] == out["frozen"][0]["initial_best"]
+
+# ---------- the LP polish, CEM, modes, the classical baseline ----------
+@pytest.mark.parametrize("seed", [0, 1])
+def test_term_gradients_match_finite_differences(seed):
+    r = np.random.default_rng(seed)
+    h, a = r.uniform(0.05, 0.95, 9), r.uniform(0.2, 1.5, 8)
+    fd = lambda f, x: np.array([(f(x + 1e-6*e) - f(x - 1e-6*e))/2e-6 for e in np.eye(len(x))]).T
+    idx = np.arange(2*9 - 1)
+    assert np.allclose(erdos_overlap_grads(h, idx), fd(erdos_overlaps, h), atol=1e-7)
+    assert np.allclose(ac1_term_grads(a, np.arange(15)), fd(ac1_terms, a), atol=1e-6)
+    assert erdos_overlaps(h).max() == pytest.approx(erdos_c5(h), abs=1e-15) and ac1_terms(a).max() == pytest.approx(ac1_value(a), rel=1e-12)
+
+def test_lp_polish_descends_and_stays_feasible():
+    h0 = project_box_sum(np.random.default_rng(2).uniform(0, 1, 40), 20.0)
+    pr = lambda z: project_box_sum(z, len(z)/2)
+    h, v = lp_polish(h0, erdos_c5, erdos_overlaps, erdos_overlap_grads, pr, iters=15, rho=0.05)
+    assert v < erdos_c5(h0) - 1e-3 and v == pytest.approx(verify_erdos(h), abs=1e-15)
+    assert h.min() >= 0 and h.max() <= 1 and abs(h.sum() - 20) < 1e-9
+    h1, v1 = lp_polish(h0, erdos_c5, erdos_overlaps, erdos_overlap_grads, pr, iters=0)
+    assert np.array_equal(h1, h0) and v1 == erdos_c5(h0)
+    a0 = np.ones(30) + np.random.default_rng(3).uniform(0, 0.5, 30); a0 *= 30/a0.sum()
+    a, va = lp_polish(a0, ac1_value, ac1_terms, ac1_term_grads, AC1.project, 0.0, np.inf, iters=10)
+    assert va <= ac1_value(a0) and a.min() >= 0
+    with pytest.raises(ValueError, match="rho > 0"): lp_polish(h0, erdos_c5, erdos_overlaps, erdos_overlap_grads, pr, rho=0.0)
+
+def test_cem_update_known_values_and_checks():
+    pol = ProgramPolicy()
+    acts = [dict(op="lp", log10_lr=0.0, log10_tau=-3.0, log10_sigma=-1.0), dict(op="lp", log10_lr=0.0, log10_tau=-3.0, log10_sigma=-2.0),
+            dict(op="grad", log10_lr=1.0, log10_tau=-4.0, log10_sigma=0.0), dict(op="hill", log10_lr=1.0, log10_tau=-4.0, log10_sigma=-3.0)]
+    cem_update_(pol, acts, [5.0, 4.0, 1.0, 2.0], elite_frac=0.5, smoothing=0.25)
+    p = torch.softmax(pol.logits, -1)
+    assert torch.allclose(p, torch.tensor([0.15, 0.15, 0.15, 0.15, 0.4]), atol=1e-6)      # 0.75 * 0.2 + 0.25 * (0, 0, 0, 0, 1)
+    assert pol.mu[2].item() == pytest.approx(0.75*PRIOR_MU[2] + 0.25*(-1.5), abs=1e-6)
+    assert pol.mu[0].item() == pytest.approx(PRIOR_MU[0])                    # no elite uses lr
+    assert pol.log_std.exp()[2].item() == pytest.approx(0.75*math.exp(PRIOR_LOG_STD[2]) + 0.25*math.sqrt(0.5), abs=1e-6)
+    with pytest.raises(ValueError, match="state-independent"): cem_update_(ProgramPolicy(state_independent=False), acts, [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="one reward per action"): cem_update_(pol, acts, [1.0])
+
+def test_every_mode_runs_the_same_rollouts_from_the_same_start():
+    runs = {m: run_ttt_discover(make_erdos(max_len=200), m, seed=4, **KW) for m in MODES}
+    assert {r["rollouts"] for r in runs.values()} == {3*2*4}
+    assert len({r["initial_best"] for r in runs.values()}) == 1
+    assert runs["restarts"]["archive_size"] == 2                            # best-of-N never adds to the archive
+    assert not torch.equal(runs["cem"]["policy"].logits, ProgramPolicy().logits)
+    assert torch.equal(runs["restarts"]["policy"].mu, ProgramPolicy().mu)   # frozen
+    for r in runs.values(): assert r["best_value"] == pytest.approx(verify_erdos(r["best_x"]), abs=1e-15)
+
+def test_classical_search_is_deterministic_and_improves():
+    P = make_erdos(max_len=160)
+    a = classical_search(P, seed=3, restarts=2, adam_steps=80, lp_iters=6, upsample=1)
+    b = classical_search(P, seed=3, restarts=2, adam_steps=80, lp_iters=6, upsample=1)
+    assert a["best_value"] == b["best_value"] and np.array_equal(a["best_x"], b["best_x"])
+    assert a["best_value"] <= min(a["per_start"]) and a["best_value"] == pytest.approx(verify_erdos(a["best_x"]), abs=1e-15)
+    x0 = P.init_state(np.random.default_rng(0)); x, v = adam_smooth(P, x0, steps=50)
+    assert v <= P.value(x0) and v == pytest.approx(P.value(x), abs=1e-15)
+    with pytest.raises(ValueError, match="needs the problem's terms"): classical_search(dataclasses.replace(make_erdos(), terms=None))
+
+def test_runs_do_not_depend_on_the_thread_count():
+    assert_thread_independent("""
+import torch
+torch.set_num_threads(1)   # as the notebook does
+from maspob_etal.ttt_discover import run_ttt_discover, make_erdos, classical_search
+P = make_erdos(max_len=200)
+r = run_ttt_discover(P, "ttt", seed=1, steps=3, groups=2, group_size=4, iters=10)
+c = classical_search(P, seed=1, restarts=1, adam_steps=40, lp_iters=4)
+result = r["curve"] + [r["best_value"], c["best_value"]] + r["policy"].mu.tolist()
+""")
