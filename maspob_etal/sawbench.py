@@ -687,7 +687,7 @@ def _cum_turns(self:VOGeometryModel, P:np.ndarray)->list[float]:
 # %% ../nbs/19_sawbench.ipynb #cfb4fde9
 class SAWNet(nn.Module):
     "Per-frame CNN, a video summary (GRU or mean + MLP), projected question and options, an option-scoring MLP."
-    def __init__(self, temporal:str="gru", d_text:int=384, d:int=64, channels:tuple=(16, 32, 32)):
+    def __init__(self, temporal:str="gru", d_text:int=384, d:int=64, channels:tuple=(16, 32, 32), n_vocab:int=64):
         super().__init__()
         if temporal not in ("gru", "mean"): raise ValueError(f"temporal must be 'gru' or 'mean', got {temporal!r}")
         c1, c2, c3 = channels; self.temporal = temporal
@@ -696,8 +696,11 @@ class SAWNet(nn.Module):
                                  nn.Linear(c3*4, d), nn.ReLU())
         self.gru = nn.GRU(d, d, batch_first=True) if temporal == "gru" else None
         self.pool_mlp = nn.Sequential(nn.Linear(d, 160), nn.ReLU(), nn.Linear(160, d)) if temporal == "mean" else None
-        self.txt = nn.Linear(d_text, d)
-        self.head = nn.Sequential(nn.Linear(3*d, 128), nn.ReLU(), nn.Linear(128, 1))
+        self.txt = nn.Linear(d_text, d)                                     # question projection
+        self.key = nn.Linear(d_text, d)                                     # option keys from their MiniLM vectors
+        self.vocab = nn.Embedding(n_vocab, d)                               # plus a learned vector per known option text
+        nn.init.zeros_(self.vocab.weight)
+        self.head = nn.Sequential(nn.Linear(2*d, 128), nn.ReLU(), nn.Linear(128, d))
 
     def video(self, frames:torch.Tensor,   # (sum of lengths, 3, h, w) float frames of the batch, concatenated
               lengths:torch.Tensor,        # (B,) frames per video
@@ -713,15 +716,15 @@ class SAWNet(nn.Module):
             return out[torch.arange(B, device=phi.device), lengths - 1]
         return self.pool_mlp((pad*mask[..., None]).sum(1)/lengths[:, None])
 
-    def forward(self, frames, lengths, q:torch.Tensor, o:torch.Tensor, omask:torch.Tensor)->torch.Tensor:
-        "Option logits (B, K); q (B, d_text), o (B, K, d_text), omask (B, K) True for real options."
-        v = self.video(frames, lengths); qq = self.txt(q); oo = self.txt(o)
-        K = o.shape[1]
-        z = torch.cat([v[:, None].expand(-1, K, -1), qq[:, None].expand(-1, K, -1), oo], -1)
-        return self.head(z)[..., 0].masked_fill(~omask, float("-inf"))
+    def forward(self, frames, lengths, q:torch.Tensor, o:torch.Tensor, omask:torch.Tensor, oid:torch.Tensor)->torch.Tensor:
+        "Option logits (B, K): q (B, d_text), o (B, K, d_text), omask (B, K) True for real options, oid (B, K) vocabulary ids (0: unknown)."
+        u = self.head(torch.cat([self.video(frames, lengths), self.txt(q)], -1))   # (B, d) what the answer should look like
+        k = self.key(o) + self.vocab(oid)                                           # (B, K, d) option keys
+        return torch.einsum("bd,bkd->bk", u, k).masked_fill(~omask, float("-inf"))
 
 # %% ../nbs/19_sawbench.ipynb #e25b390e
 _TEXT_CACHE: dict = {}
+_FRAME_CACHE: dict = {}                                              # (key, frame shape, pool) -> pooled frames
 
 def text_vectors(texts:Sequence[str], embed:Callable|None=None)->dict:
     "MiniLM vectors of `texts`, cached across models (`embed(list) -> (n, d)` replaces MiniLM)."
@@ -733,16 +736,19 @@ def text_vectors(texts:Sequence[str], embed:Callable|None=None)->dict:
 class VideoQAModel:
     "A trainable SAWNet with its data pipeline: `fit(train_items)`, then `predict(item)` or `predict_batch(items)`."
     temporal = "gru"; name = "video model"
-    def __init__(self, seed:int=0, pool:int=2, device:str="cpu", lr:float=2e-3, embed:Callable|None=None):
+    def __init__(self, seed:int=0, pool:int=2, device:str="cpu", lr:float=2e-3, embed:Callable|None=None, n_vocab:int=64):
         if pool < 1: raise ValueError(f"pool must be >= 1, got {pool}")
         self.seed, self.pool, self.device, self.lr, self.embed = seed, pool, torch.device(device), lr, embed
         torch.manual_seed(seed)
-        self.net = SAWNet(self.temporal).to(self.device); self.losses = []
+        self.net = SAWNet(self.temporal, n_vocab=n_vocab).to(self.device); self.losses = []; self.vocab = {}
 
     def _frames(self, it):
         if it.frames is None or len(it.frames) == 0: raise ValueError(f"item {it.key} has no frames")
-        x = torch.as_tensor(it.frames).permute(0, 3, 1, 2).float()/255 - 0.5
-        return F.avg_pool2d(x, self.pool) if self.pool > 1 else x
+        ck = (it.key, it.frames.shape, self.pool)
+        if ck not in _FRAME_CACHE:                                   # pooled frames, kept in half precision across models
+            x = torch.as_tensor(it.frames).permute(0, 3, 1, 2).float()/255 - 0.5
+            _FRAME_CACHE[ck] = (F.avg_pool2d(x, self.pool) if self.pool > 1 else x).half()
+        return _FRAME_CACHE[ck].float()
 
     def _batch(self, items):
         tv = text_vectors([it.question for it in items] + [o for it in items for o in it.options], self.embed)
@@ -751,21 +757,24 @@ class VideoQAModel:
         lengths = torch.tensor([len(it.frames) for it in items], device=self.device)
         q = torch.tensor(np.stack([tv[it.question] for it in items]), device=self.device)
         o = torch.zeros(len(items), K, q.shape[1], device=self.device); m = torch.zeros(len(items), K, dtype=torch.bool, device=self.device)
+        oid = torch.zeros(len(items), K, dtype=torch.long, device=self.device)
         for i, it in enumerate(items):
             o[i, :len(it.options)] = torch.tensor(np.stack([tv[x] for x in it.options])); m[i, :len(it.options)] = True
-        return fr, lengths, q, o, m
+            oid[i, :len(it.options)] = torch.tensor([self.vocab.get(x, 0) for x in it.options])
+        return fr, lengths, q, o, m, oid
 
     def fit(self, items:Sequence[SAWItem], steps:int=1000, batch:int=32, show_progress:bool=False)->"VideoQAModel":
         "Train with AdamW on random minibatches of `items` (softmax cross-entropy over the options)."
         if steps < 1 or batch < 1: raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
+        for x in sorted({o for it in items for o in it.options}):          # the answer vocabulary of the train split
+            if x not in self.vocab and len(self.vocab) < self.net.vocab.num_embeddings - 1: self.vocab[x] = len(self.vocab) + 1
         opt = torch.optim.AdamW(self.net.parameters(), lr=self.lr, weight_decay=1e-4)
         g = torch.Generator().manual_seed(self.seed)
         self.net.train()
         for step in (progress(range(steps), desc=self.name) if show_progress else range(steps)):
             idx = torch.randint(len(items), (batch,), generator=g).tolist()
-            fr, L, q, o, m = self._batch([items[i] for i in idx])
             y = torch.tensor([items[i].answer for i in idx], device=self.device)
-            loss = F.cross_entropy(self.net(fr, L, q, o, m), y)
+            loss = F.cross_entropy(self.net(*self._batch([items[i] for i in idx])), y)
             opt.zero_grad(); loss.backward(); opt.step(); self.losses.append(loss.item())
         return self
 
