@@ -32,8 +32,9 @@ def test_wall_rows_closed_form(d, wh):
     w, h = wh
     f = (w/2)/math.tan(math.radians(45))
     img = render_frames(ROOM, np.array([[5., 8. - d, 90.]]), w=w, h=h)[0]
-    top, bot = edge_rows(img, w//2)
-    assert abs(top - (h/2 - f*(2.8 - EYE)/d)) < 0.05 and abs(bot - (h/2 + f*EYE/d)) < 0.05
+    for col in (w//4, w//2, w - w//4):             # a frontal wall has depth d in every column: straight edges
+        top, bot = edge_rows(img, col)
+        assert abs(top - (h/2 - f*(2.8 - EYE)/d)) < 0.05 and abs(bot - (h/2 + f*EYE/d)) < 0.05
 
 
 def test_outdoor_fence_rows():
