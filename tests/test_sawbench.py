@@ -129,8 +129,10 @@ def test_answer_positions_uniform_and_chance_and_prior():
         labels = [it.ground_truth for it in items]
         assert max(labels.count(l) for l in set(labels)) - min(labels.count(l) for l in set(labels)) <= 1 or t == "memory"
         p = np.mean([1/len(it.options) for it in items]); sd = math.sqrt(p*(1 - p)/n)
-        acc = np.mean([ChanceModel(3).predict(it) == it.answer for it in items])
+        guesses = [ChanceModel(3).predict(it) for it in items]
+        acc = np.mean([g == it.answer for g, it in zip(guesses, items)])
         assert abs(acc - p) <= 3*sd, (t, acc, p)
+        assert stats.chisquare(np.bincount([g for g, it in zip(guesses, items) if len(it.options) == K], minlength=K)).pvalue > 0.01
         prior = BlindPriorModel().fit([make_item(t, i, render=False) for i in range(60)])
         acc_b = np.mean([prior.predict(it) == it.answer for it in items])
         assert abs(acc_b - p) <= 3*sd, (t, acc_b, p)                          # no answer prior to learn
