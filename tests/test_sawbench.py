@@ -1,0 +1,225 @@
+"Property and known-value tests of maspob_etal.sawbench (spec 19 section 6 and issue 23)."
+import math, pathlib, sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+from maspob_etal.sawbench import (
+    DIR_LABELS, EYE, LOC_LABELS, REVPLAN_LABELS, REVPLAN_TEMPLATE, SHAPE_LABELS, TASKS, BagOfFramesModel, BlindPriorModel,
+    ChanceModel, OraclePoseModel, SAWItem, SAWNet, SAWObject, Scene, VideoGRUModel, VOGeometryModel, evaluate, execute_instructions,
+    frame_index, label_affordance, label_direction, label_localization, label_revplan, label_shape, load_sawbench, make_item,
+    make_split, parse_answer, render_frames, score_answers, simulate, summarize)
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _threads import assert_thread_independent  # noqa: E402
+
+ROOM = Scene(10., 8., "indoor", objects=[])
+
+
+def edge_rows(img, col):
+    "Continuous top and bottom wall rows of a column, from the saturation of the blended edge pixels."
+    x = img[:, col].astype(float)/255; s = x.max(1) - x.min(1)
+    wall = np.nonzero(s > 1e-3)[0]; top, bot = wall[0], wall[-1]
+    return top + 1 - s[top]/s[top + 1], bot + s[bot]/s[bot - 1]
+
+
+@pytest.mark.parametrize("d", [2.5, 3.1, 4.4, 7.0])
+@pytest.mark.parametrize("wh", [(64, 48), (128, 96)])
+def test_wall_rows_closed_form(d, wh):
+    w, h = wh
+    f = (w/2)/math.tan(math.radians(45))
+    img = render_frames(ROOM, np.array([[5., 8. - d, 90.]]), w=w, h=h)[0]
+    for col in (w//4, w//2, w - w//4):             # a frontal wall has depth d in every column: straight edges
+        top, bot = edge_rows(img, col)
+        assert abs(top - (h/2 - f*(2.8 - EYE)/d)) < 0.05 and abs(bot - (h/2 + f*EYE/d)) < 0.05
+
+
+def test_outdoor_fence_rows():
+    yard = Scene(30., 30., "outdoor", wall_h=1.0, objects=[])
+    img = render_frames(yard, np.array([[15., 25., 90.]]), w=64, h=48)[0]
+    f = 32.0
+    s = (img[:, 32].astype(float).max(1) - img[:, 32].astype(float).min(1))
+    bot = np.nonzero(s > 0)[0][-1]
+    assert abs(bot + 0.5 - (24 + f*EYE/5)) <= 1.0                           # the fence's foot at 5 m
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_rotation_shifts_centre_texture(k):
+    prof = lambda yaw: render_frames(ROOM, np.array([[5., 4., yaw]]), 64, 48)[0, 24].astype(float)
+    a, b = prof(90.), prof(90. + k*90/64)
+    shift = min(range(-8, 9), key=lambda s: ((a[20:44] - b[20 + s:44 + s])**2).mean())
+    assert abs(shift - k) <= 1
+
+
+def test_objects_occlude_in_depth_order():
+    near, far = SAWObject("a", 5., 5., 0.4, 0., 2.0, (1., 0., 0.)), SAWObject("b", 5., 6.5, 0.4, 0., 2.0, (0., 0., 1.))
+    sc = Scene(10., 8., "indoor", objects=[far, near])                        # listed far first and near first
+    for objs in ([far, near], [near, far]):
+        sc.objects = objs
+        px = render_frames(sc, np.array([[5., 2., 90.]]), 64, 48)[0, 24, 32]
+        assert px[0] > 150 and px[2] < 80                                       # the near red one is in front
+
+
+def test_labeller_known_cases():
+    assert label_localization((5., 4.), (10., 8.)) == "Center"
+    assert label_localization((0.3, 0.3), (10., 8.)) == "Corner"
+    assert label_localization((5., 0.5), (10., 8.)) == "Side"
+    assert label_direction((0., 0.), (3., 0., 0.)) == "Back"                  # start directly behind
+    assert label_direction((0., 0.), (3., 0., 180.)) == "Front"
+    assert label_direction((1., 2.), (1., 0., 0.)) == "Left" and label_direction((1., -2.), (1., 0., 0.)) == "Right"
+    assert label_direction((-2., 2.), (0., 0., 0.)) == "Back left" and label_direction((-2., -2.), (0., 0., 0.)) == "Back right"
+    P, _ = simulate((3., 3., 0.), [("pan", 270)])
+    assert label_direction(P[0], P[-1]) == "Same location"                   # a pan-only clip
+    assert label_revplan(("L", "R")) == "Turn around, go straight. Turn left, go straight, then turn right and continue go straight."
+    assert label_revplan(("R", "R")) == "Turn around, go straight. Turn left, go straight, then turn left and continue go straight."
+    assert label_revplan(("R", "L")) == REVPLAN_TEMPLATE.format(a="right", b="left")
+    assert label_affordance((0., 0., 0.), SAWObject("television", 0.4, 0., 0., 2.5, 2.9)) == "No"
+    assert label_affordance((0., 0., 0.), SAWObject("water bottle", 0.5, 0., 0., 1.0, 1.0)) == "Yes"
+    # every term matters: radius, vertical gap and the leftward step
+    assert label_affordance((0., 0., 0.), SAWObject("pole", 0.9, 0., 0.25, 1.2, 1.5)) == "Yes"      # 0.65 m to the surface
+    assert label_affordance((0., 0., 0.), SAWObject("pole", 0.9, 0., 0.15, 1.2, 1.5)) == "No"       # 0.75 m
+    assert label_affordance((0., 0., 0.), SAWObject("box", 0.5, 0., 0., 1.9, 2.0)) == "No"          # hypot(0.5, 0.55) = 0.74
+    assert label_affordance((0., 0., 90.), SAWObject("cup", -0.9, 0., 0., 1.35, 1.4), "step_left") == "Yes"
+    assert label_affordance((0., 0., 90.), SAWObject("cup", -0.9, 0., 0., 1.35, 1.4), "feet") == "No"
+
+
+@pytest.mark.parametrize("acts,label", [
+    ([("walk", 3), ("turn", 90), ("walk", 3)], "L-Shape"),
+    ([("walk", 3), ("turn", -90), ("walk", 2), ("turn", -90), ("walk", 3)], "U-Shape"),
+    ([("walk", 2.5)] + [x for _ in range(3) for x in (("turn", 90), ("walk", 2.5))], "Square"),
+    ([("walk", 3)] + [x for _ in range(2) for x in (("turn", -120), ("walk", 3))], "Triangle"),
+    ([("arc", 360, 1.5)], "Circle"),
+    ([("pan", 300)], "In-place orientation"),
+    ([("walk", 2), ("turn", 90), ("walk", 2), ("turn", -90), ("walk", 2), ("turn", -90), ("walk", 2)], "Manhattan-style piecewise linear")])
+def test_label_shape_known(acts, label):
+    P, _ = simulate((0., 0., 30.), acts)
+    assert label_shape(P) == label
+    assert label_shape(P[frame_index(len(P))]) == label                      # the same rule at 2 fps
+
+
+def test_revplan_execution_independent():
+    for s in range(40):
+        it = make_item("revplan", 10**6 + s, render=False)
+        P = it.meta["poses"]
+        for o in it.options:
+            miss = np.hypot(*(execute_instructions(P[-1], o, it.meta["seg_lengths"]) - P[0, :2]))
+            assert (miss < 0.5) if o == it.ground_truth else (miss > 2.0)
+
+
+def test_oracle_is_perfect_indoor_and_outdoor():
+    oracle = OraclePoseModel()
+    for s in range(3):
+        for cat in ("indoor", "outdoor"):
+            items = [make_item(t, 10**6 + 100*s + i, scene_category=cat, render=False) for t in TASKS for i in range(8)]
+            assert all(oracle.predict(it) == it.answer for it in items)
+            for it in items:
+                if it.task == "shape": assert label_shape(it.meta["poses"]) == it.ground_truth
+
+
+def test_answer_positions_uniform_and_chance_and_prior():
+    n = 120
+    for t in TASKS:
+        items = [make_item(t, 10**6 + i, render=False) for i in range(n)]
+        K = max(len(it.options) for it in items)
+        counts = np.bincount([it.answer for it in items if len(it.options) == K], minlength=K)
+        assert stats.chisquare(counts).pvalue > 0.01, (t, counts)
+        labels = [it.ground_truth for it in items]
+        assert max(labels.count(l) for l in set(labels)) - min(labels.count(l) for l in set(labels)) <= 1 or t == "memory"
+        p = np.mean([1/len(it.options) for it in items]); sd = math.sqrt(p*(1 - p)/n)
+        guesses = [ChanceModel(3).predict(it) for it in items]
+        acc = np.mean([g == it.answer for g, it in zip(guesses, items)])
+        assert abs(acc - p) <= 3*sd, (t, acc, p)
+        assert stats.chisquare(np.bincount([g for g, it in zip(guesses, items) if len(it.options) == K], minlength=K)).pvalue > 0.01
+        prior = BlindPriorModel().fit([make_item(t, i, render=False) for i in range(60)])
+        acc_b = np.mean([prior.predict(it) == it.answer for it in items])
+        assert abs(acc_b - p) <= 3*sd, (t, acc_b, p)                          # no answer prior to learn
+
+
+def test_two_frames_per_second_and_disjoint_splits():
+    for t in TASKS:
+        it = make_item(t, 5, w=16, h=12)
+        assert len(it.frames) == int(len(it.meta["poses"])/10*2) and it.frames.shape[1:] == (12, 16, 3)
+    tr = make_split("train", {t: 5 for t in TASKS}, render=False)
+    te = make_split("test", {t: 5 for t in TASKS}, render=False)
+    assert not ({i.id for i in tr} & {i.id for i in te})
+    assert not ({(i.question, tuple(i.options), i.meta["poses"].tobytes()) for i in tr} & {(i.question, tuple(i.options), i.meta["poses"].tobytes()) for i in te})
+    with pytest.raises(ValueError, match="below 10"): make_split("train", {"shape": 10}, seed0=10**6)
+
+
+def test_vo_yaw_matches_ground_truth_indoor():
+    P, R = simulate((5., 4., 20.), [("pan", 150), ("pan", -100)])
+    fi = frame_index(len(P))
+    frames = render_frames(ROOM, P[fi], 64, 48)
+    est = VOGeometryModel().yaw_steps(frames)
+    assert np.abs(est - np.diff(P[fi, 2])).max() < 1.5
+    P2, _ = simulate((2., 4., 0.), [("walk", 4.0)])
+    fi2 = frame_index(len(P2))
+    traj = VOGeometryModel().trajectory(render_frames(ROOM, P2[fi2], 64, 48))
+    assert abs(traj[-1, 0] - 4.0) < 0.6 and abs(traj[-1, 2]) < 10             # forward 4 m; periodic stripes cost a few degrees
+
+
+def test_parser_cases():
+    opts = ["Back", "Back left", "Front", "Same location"]
+    for txt, want in [("B", 1), ("(b)", 1), ("Answer: B.", 1), ("The answer is Back left", 1), ("answer is (D)", 3),
+                      ("Front.", 2), ("Back or Front", None), ("A or B", None), ("", None), (None, None), ("Z", None)]:
+        assert parse_answer(txt, opts) == want, txt
+
+
+def test_summarize_micro_macro():
+    df = pd.DataFrame(dict(model="m", id=range(5), key=[f"k{i}" for i in range(5)], task=["shape"]*4 + ["revplan"],
+                           scene_category=["indoor", "outdoor", "indoor", "indoor", "outdoor"], answer=0, pred=0,
+                           n_options=[4, 4, 4, 2, 4], correct=[1, 0, 0, 1, 1]))
+    s = summarize(df)
+    assert s.loc["m", "micro"] == pytest.approx(0.6) and s.loc["m", "macro"] == pytest.approx((0.5 + 1.0)/2)
+    assert s.loc["m", "indoor"] == pytest.approx(2/3) and s.loc["m", "outdoor"] == pytest.approx(0.5)
+    assert s.loc["chance (expected)", "shape"] == pytest.approx((0.25*3 + 0.5)/4)
+
+
+def test_real_loader_and_errors(tmp_path):
+    rows = pd.DataFrame(dict(question=["What's the shape of my moving trajectory?"]*2 + ["Is it the same?"],
+                             options=[["Circle", "Square", "L-Shape", "U-Shape"]]*2 + [["Yes", "No"]], answer=[1, 0, 1],
+                             ground_truth=["Square", "Circle", "No"], key=["4_3", "4_4", "5_1"], scene_category=["indoor", "outdoor", "indoor"],
+                             task=["shape", "shape", "memory"], id=[10, 11, 12]))
+    rows.to_parquet(tmp_path/"qa.parquet")
+    items = load_sawbench(tmp_path)
+    assert [i.id for i in items] == [10, 11, 12] and items[0].frames is None and items[2].options == ["Yes", "No"]
+    s = summarize(evaluate(ChanceModel(0), items)); assert s.loc["chance", "n"] == 3
+    sc = score_answers(items, {10: "Square", 11: "(A)"}); assert sc.correct.tolist() == [1, 1, 0] and sc.parsed.tolist() == [True, True, False]
+    rows.drop(columns="scene_category").to_parquet(tmp_path/"qa.parquet")
+    with pytest.raises(ValueError, match="missing required columns"): load_sawbench(tmp_path)
+    rows.assign(task=["shape", "navigation", "memory"]).to_parquet(tmp_path/"qa.parquet")
+    with pytest.raises(ValueError, match="unknown task keys"): load_sawbench(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"): load_sawbench(tmp_path/"nope")
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="no frames"): render_frames(ROOM, np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="poses must be"): render_frames(ROOM, np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="unknown task key"): make_item("navigation", 0)
+    it = make_item("shape", 1, w=16, h=12)
+    with pytest.raises(ValueError, match="no frames"): VOGeometryModel().predict(SAWItem(**{**it.__dict__, "frames": it.frames[:0]}))
+    with pytest.raises(ValueError, match="frames=None"): VOGeometryModel().predict(SAWItem(**{**it.__dict__, "frames": None}))
+    with pytest.raises(ValueError, match="temporal must be"): SAWNet("lstm")
+    with pytest.raises(ValueError, match="steps and batch"): VideoGRUModel(seed=0).fit([it], steps=0)
+
+
+def test_bag_of_frames_order_free_gru_not():
+    x, L = torch.randn(6, 3, 12, 16), torch.tensor([6])
+    perm = torch.tensor([5, 2, 0, 4, 1, 3])
+    bof, gru = BagOfFramesModel(seed=1).net.eval(), VideoGRUModel(seed=1).net.eval()
+    torch.testing.assert_close(bof.video(x, L), bof.video(x[perm], L), atol=1e-5, rtol=1e-5)
+    assert (gru.video(x, L) - gru.video(x[perm], L)).abs().max() > 1e-4
+
+
+def test_thread_independent():
+    assert_thread_independent("""
+import numpy as np, zlib
+from maspob_etal.sawbench import make_split, VideoGRUModel, VOGeometryModel, evaluate, TASKS
+tr = make_split("train", {"shape": 2, "revplan": 2}, w=32, h=24)
+m = VideoGRUModel(seed=0, embed=lambda xs: np.stack([np.cos(np.arange(384)*(1 + zlib.crc32(x.encode()) % 97)) for x in xs])).fit(tr, steps=2, batch=3)
+vo = [VOGeometryModel().predict(i) for i in tr if i.task in ("shape", "revplan")]
+result = [float(x) for x in m.losses] + [int(x) for x in m.predict_batch(tr)] + vo
+""")
