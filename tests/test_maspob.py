@@ -434,6 +434,6 @@ from maspob_etal.maspob import WORKFLOW_TOPOLOGIES, SyntheticMAS, synthetic_tria
 g = torch.Generator().manual_seed(0)
 emb = [torch.nn.functional.normalize(torch.randn(4, 384, generator=g), dim=1) for _ in range(5)]
 b = SyntheticMAS(emb, WORKFLOW_TOPOLOGIES["MATH"], gamma=1.0, seed=0)
-kw = dict(epochs=40, patience=10, hidden=32, heads=4, n_pretrain=4)
-result = [synthetic_trial(m, b, emb, 8, seed=1, gp_restarts=1, **kw)["curve"] for m in ("maspob", "mlp", "gp_ucb")]
+kw = dict(epochs=15, patience=5, hidden=32, heads=4, n_pretrain=4)
+result = [synthetic_trial(m, b, emb, 6, seed=1, gp_restarts=0, **kw)["curve"] for m in ("maspob", "mlp", "gp_ucb")]
 """)
