@@ -155,8 +155,9 @@ def check_ref(ref, m:int)->np.ndarray:
     if not np.isclose(ref.sum(), 1, atol=1e-9): raise ValueError(f"reference policy must sum to 1, got {ref.sum()}")
     return ref
 
-def _argmax_lottery(score:np.ndarray, tol:float=1e-12)->np.ndarray:
-    top = score >= score.max(-1, keepdims=True) - tol
+def _argmax_lottery(score:np.ndarray, tol:float=1e-12, ref=None)->np.ndarray:
+    "The β → 0 limit of softmax(log ref + score/β): the top scores, weighted by the reference (uniform if None)."
+    top = (score >= score.max(-1, keepdims=True) - tol) * (1.0 if ref is None else np.asarray(ref))
     return top / top.sum(-1, keepdims=True)
 
 def rlhf_policy(P,                  # (m, m) or (K, m, m) preference matrices
@@ -170,7 +171,7 @@ def rlhf_policy(P,                  # (m, m) or (K, m, m) preference matrices
     if reward == "bt": r = bt_reward(P)
     elif reward == "borda": r = borda_scores(P)
     else: raise ValueError(f"reward must be 'bt' or 'borda', got {reward!r}")
-    if beta == 0: return _argmax_lottery(r)
+    if beta == 0: return _argmax_lottery(r, ref=ref)
     z = np.log(ref) + r / beta
     z = z - z.max(-1, keepdims=True)
     return np.exp(z) / np.exp(z).sum(-1, keepdims=True)
@@ -549,7 +550,7 @@ def axiom_audit(kinds_rules:Sequence[str]=RULE_KINDS, # rule kinds to audit
             for k, v in cex.items(): counterexamples.setdefault(k, v)
     return pd.DataFrame(rows)
 
-# %% ../nbs/02_social_choice.ipynb #6216ff3f
+# %% ../nbs/02_social_choice.ipynb #cc2e8002
 def all_rankings(m:int)->np.ndarray:
     "The m! strict rankings of m alternatives (best first) in lexicographic order; row 0 is the identity."
     return np.array(list(itertools.permutations(range(m))), dtype=np.int64)
@@ -578,7 +579,7 @@ def enumerate_profiles(m:int,               # alternatives
     if neutral: C[:, 0] += 1                 # relabel so that some voter holds the identity: every class is hit
     return C
 
-# %% ../nbs/02_social_choice.ipynb #721cbdf6
+# %% ../nbs/02_social_choice.ipynb #daaab629
 def is_violation(score, axiom:str)->np.ndarray:
     "Which signed scores of `axiom_scores` are violations: A1, a Condorcet winner not strictly on top (gap under 1e-9); A3, a drop over 1e-8."
     if axiom not in ("A1", "A3"): raise ValueError(f"axiom must be 'A1' or 'A3', got {axiom!r}")
@@ -586,7 +587,7 @@ def is_violation(score, axiom:str)->np.ndarray:
 
 def rlhf_policy_from_reward(r, beta:float, ref)->np.ndarray:
     "The KL-regularized policy of rewards r (K, m): softmax(log ref + r/β), or the argmax lottery at β = 0."
-    if check_beta(beta) == 0: return _argmax_lottery(r)
+    if check_beta(beta) == 0: return _argmax_lottery(r, ref=ref)
     return _softmax(np.log(ref) + r / beta)
 
 def rule_policies(kind:str, P, betas:Sequence[float], ref=None)->dict:
@@ -646,7 +647,7 @@ def axiom_scores(weights,                 # (K, m!) ranking counts or weights of
             out[(kind, float(b))] = d
     return out
 
-# %% ../nbs/02_social_choice.ipynb #3f6f27ac
+# %% ../nbs/02_social_choice.ipynb #97e99866
 def smallest_counterexamples(m:int, n_values:Sequence[int], kinds:Sequence[str], betas:Sequence[float],
                              axioms:Sequence[str]=("A1", "A3"))->tuple[pd.DataFrame, dict]:
     "Exhaustive search, n ascending: per (rule, β, axiom) the profiles checked, violations, and the smallest counterexample (largest violation at the first n)."
@@ -665,7 +666,7 @@ def smallest_counterexamples(m:int, n_values:Sequence[int], kinds:Sequence[str],
     df = pd.DataFrame(rows)
     return df, found
 
-# %% ../nbs/02_social_choice.ipynb #30c37a3e
+# %% ../nbs/02_social_choice.ipynb #b3012dfe
 def adversarial_search(kind:str, beta:float, axiom:str, m:int,
                        ref=None,               # reference policy (m,); None means uniform
                        swap_mass:float=0.02,   # A3: fraction of the electorate that raises a (one voter in 50)
@@ -724,7 +725,7 @@ def rlhf_tabular(rankings, beta:float, ref=None, n_comparisons:int=200_000, lr:f
         grad = (np.bincount(a[idx], g, m) - np.bincount(b[idx], g, m)) * (m - 1) / batch  # unbiased, per alternative
         rew += lr / (1 + t / 300) * (grad - 2e-6 * rew)                                   # Robbins-Monro step size
         rew -= rew.mean()
-    if beta == 0: return _argmax_lottery(rew)
+    if beta == 0: return _argmax_lottery(rew, ref=ref)
     z = np.log(ref) + rew / beta
     return _softmax(z)
 
