@@ -93,7 +93,7 @@ def check_P(P)->np.ndarray:
 def condorcet_winner(P)->int|None:
     "The alternative that beats every other by strict majority, or None."
     P = check_P(P); m = P.shape[0]
-    wins = (P > 0.5).sum(1)
+    wins = ((P > 0.5) & ~np.eye(m, dtype=bool)).sum(1)          # off the diagonal only: P[a, a] may be 1/2 + 1 ulp
     c = int(np.argmax(wins))
     return c if wins[c] == m - 1 else None
 
@@ -614,6 +614,7 @@ def axiom_scores(weights,                 # (K, m!) ranking counts or weights of
     delta = 1 / tot if swap_mass is None else np.broadcast_to(np.asarray(swap_mass, float), tot.shape)
     R, Pr = all_rankings(m), ranking_matrices(m)
     P = np.einsum("kr,rab->kab", W / tot[:, None], Pr)                       # (K, m, m)
+    P[:, np.arange(m), np.arange(m)] = 0.5                                   # exactly 1/2, not 1/2 + rounding
     cw = np.array([-1 if (c := condorcet_winner(p)) is None else c for p in P]); has = cw >= 0
     if "A3" in axioms:                                                       # every distinct single swap
         code = (R * m ** np.arange(m - 1, -1, -1)).sum(1); lookup = dict(zip(code.tolist(), range(len(R))))
@@ -624,7 +625,7 @@ def axiom_scores(weights,                 # (K, m!) ranking counts or weights of
         r2[rows, j_i], r2[rows, j_i - 1] = R[r_i, j_i - 1], R[r_i, j_i]     # a = r[j] jumps over r[j-1]
         r2_i = np.array([lookup[c] for c in (r2 * m ** np.arange(m - 1, -1, -1)).sum(1).tolist()], dtype=np.int64)
         a_i = R[r_i, j_i]
-        Psw = np.clip(P[k_i] + delta[k_i, None, None] * (Pr[r2_i] - Pr[r_i]), 0, 1)
+        Psw = np.clip(P[k_i] + delta[k_i, None, None] * (Pr[r2_i] - Pr[r_i]), 0, 1)   # the swap leaves the diagonal alone
     out = {}
     for kind in kinds:
         pol = rule_policies(kind, P, betas, ref)

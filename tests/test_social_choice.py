@@ -267,3 +267,10 @@ from maspob_etal.social_choice import enumerate_profiles, axiom_scores
 d = axiom_scores(enumerate_profiles(3, 5), ["vnw", "rlhf_bt"], [0.0, 0.05, 0.5])
 result = [float(np.nan_to_num(v[ax], neginf=-9).sum()) for v in d.values() for ax in ("A1", "A3")]
 """)
+
+def test_condorcet_winner_ignores_rounding_on_the_diagonal():
+    "A diagonal of 1/2 + 1 ulp (as a weighted sum of ranking matrices gives) must not count as a win."
+    P = np.array([[0.5 + 1e-16, 0.6, 0.45], [0.4, 0.5, 0.55], [0.55, 0.45, 0.5]])
+    assert condorcet_winner(P) is None
+    d = axiom_scores(enumerate_profiles(3, 11), ["vnw"], [0.0], axioms=("A1",))[("vnw", 0.0)]
+    assert not is_violation(d["A1"], "A1").any()      # the maximal lottery is Condorcet-consistent by construction
