@@ -891,7 +891,8 @@ def train_rler(condition:str,               # "rler", "static_search", "closed_b
                group_size:int=8,             # G rollouts per question (train_dr_tulu.sh: 8)
                seed:int=0,                   # seeds the world, the rollouts, the writer and the policy's sampling
                judge="programmatic",         # "programmatic", "lm" (SmolLM2 or lm_judge_path) or a judge object
-               generator=None,               # rubric writer; None: ContrastiveRubricGenerator(dedupe=dedupe)
+               generator=None,               # rubric writer; None: ContrastiveRubricGenerator(dedupe=dedupe, **writer_kw)
+               writer_kw:dict|None=None,     # options of the default writer, e.g. {"p_see": 0.5} or {"p_noise": 0.3}
                lm_judge_path:str|None=None,  # local model for judge="lm"; None: SmolLM2-135M-Instruct
                policy="plan",                # "plan", "gru" or an nn.Module with sample/log_prob
                lr:float|None=None,           # None: SGD 0.5 for "plan", Adam 0.01 otherwise
@@ -923,7 +924,7 @@ def train_rler(condition:str,               # "rler", "static_search", "closed_b
     opt = torch.optim.SGD(pi.parameters(), lr=lr) if isinstance(pi, FactPlanPolicy) else torch.optim.Adam(pi.parameters(), lr=lr)
     jd = _make_judge(judge, lm_judge_path, device)
     evolve = condition == "rler"
-    gen = (generator if generator is not None else ContrastiveRubricGenerator(dedupe=dedupe)) if evolve else None
+    gen = (generator if generator is not None else ContrastiveRubricGenerator(dedupe=dedupe, **(writer_kw or {}))) if evolve else None
     buffers = [RubricBuffer(env.question(q), persistent=env.persistent_rubrics(condition, q)) for q in range(Q)]
     curves, logs = {"step": []}, {k: [] for k in ("reward", "rubric_reward", "adaptive_reward", "n_active", "active_std", "n_new")}
     def _eval(t):
