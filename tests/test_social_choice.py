@@ -274,3 +274,12 @@ def test_condorcet_winner_ignores_rounding_on_the_diagonal():
     assert condorcet_winner(P) is None
     d = axiom_scores(enumerate_profiles(3, 11), ["vnw"], [0.0], axioms=("A1",))[("vnw", 0.0)]
     assert not is_violation(d["A1"], "A1").any()      # the maximal lottery is Condorcet-consistent by construction
+
+def test_rule_policies_equal_the_rules():
+    "The batched policies used by the searches equal the rules themselves, ties and a non-uniform reference included."
+    from maspob_etal.social_choice import rule_policies
+    Ps = np.stack([preference_matrix(r) for r in profiles(40, n_choices=(2, 4, 5), m=4, seed=41)])   # even n: Borda ties
+    ref = np.array([.4, .3, .2, .1])
+    for kind in RULE_KINDS:
+        pol = rule_policies(kind, Ps, [0.0, 0.07], ref)
+        for b in (0.0, 0.07): assert np.allclose(pol[b], Rule(kind, b)(Ps, ref), atol=1e-10), (kind, b)
