@@ -465,6 +465,6 @@ def test_thread_count_changes_no_number():
     import sys, pathlib; sys.path.insert(0, str(pathlib.Path(__file__).parent)); from _threads import assert_thread_independent
     assert_thread_independent("""
 from maspob_etal.rler import train_rler
-res = train_rler("rler", n_questions=4, steps=4, eval_every=2, eval_samples=8, seed=1)
+res = train_rler("rler", n_questions=3, steps=3, eval_every=1, eval_samples=4, seed=1)
 result = res["curves"]["oracle"] + res["train"]["reward"]
 """)
