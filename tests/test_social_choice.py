@@ -1,4 +1,5 @@
 "Properties of the social-choice rules that a wrong implementation would break (spec section 6)."
+import itertools
 import numpy as np
 import pytest
 from scipy.special import expit, logit
@@ -173,3 +174,112 @@ def test_audit_is_the_same_with_worker_processes():
     kw = dict(betas=[0.0, 0.1], n_profiles=15, m_values=[3, 4], n_values=[5], axioms=["A1", "A3"], seed=3)
     a, b = axiom_audit(**kw), axiom_audit(**kw, n_jobs=2)
     assert a.equals(b) and a.violations.sum() > 0
+
+# --- issue 14: by-construction facts, counterexample searches, non-uniform reference, bounded solver -----------------
+import math, sys, pathlib, time
+from maspob_etal.social_choice import (all_rankings, ranking_matrices, profile_counts, enumerate_profiles, axiom_scores,
+    is_violation, smallest_counterexamples, adversarial_search, check_monotonicity as _check_mono)
+
+def test_rlhf_condorcet_failures_do_not_depend_on_beta_or_reference():
+    "Regularized RLHF's ratio pi/pi_ref is a monotone function of the reward: its A1 count is the same at every beta and reference."
+    sample, rng = profiles(120, m=4, seed=21), np.random.default_rng(0)
+    for kind in ("rlhf_bt", "rlhf_borda"):
+        counts = {len(check_condorcet(Rule(kind, b), sample, ref)) for b in (0.0, 0.03, 0.3, 3.0)
+                  for ref in (None, rng.dirichlet(2 * np.ones(4)))}
+        assert len(counts) == 1 and counts.pop() > 0
+
+def test_rlhf_policy_with_a_reference_closed_form():
+    P = np.array([[.5, .7, .2], [.3, .5, .6], [.8, .4, .5]]); ref = np.array([.5, .3, .2]); beta = 0.4
+    B = P.mean(1); want = ref * np.exp(B / beta); want /= want.sum()
+    assert np.allclose(rlhf_policy(P, beta, ref, reward="borda"), want, atol=1e-12)
+
+@pytest.mark.parametrize("kind", RULE_KINDS)
+def test_pareto_and_reinforcement_with_a_non_uniform_reference(kind):
+    rng = np.random.default_rng(3); ref = rng.dirichlet(2 * np.ones(4))
+    rule, sample = Rule(kind, 0.1), profiles(30, m=4, seed=8, kind="mallows")
+    assert check_pareto(rule, sample, ref) == []
+    Ps = np.stack([preference_matrix(r) for r in sample]); pis = rule(Ps, ref)
+    P2 = np.stack([_same_outcome_P(P, pi, kind, rng) for P, pi in zip(Ps, pis)])
+    assert check_reinforcement(rule, Ps, P2, 0.4, ref) == []
+    assert np.abs(vnw_policy(Ps[0], 0.1, ref) - vnw_policy(Ps[0], 0.1)).max() > 1e-3   # the reference matters
+
+def test_profile_counts_and_enumeration():
+    R = all_rankings(3); assert (R[0] == [0, 1, 2]).all() and len(R) == 6
+    r = np.array([[2, 0, 1], [0, 1, 2], [2, 0, 1]])
+    c = profile_counts(r); assert c.sum() == 3 and c[0] == 1 and c[[i for i, x in enumerate(R) if list(x) == [2, 0, 1]][0]] == 2
+    assert np.allclose(np.einsum("r,rab->ab", c / 3, ranking_matrices(3)), preference_matrix(r))
+    full, neut = enumerate_profiles(3, 4, neutral=False), enumerate_profiles(3, 4)
+    assert len(full) == math.comb(4 + 5, 5)
+    # every profile is a relabelling of one holding the identity ranking
+    perms = [np.array(p) for p in itertools.permutations(range(3))]
+    reps = {tuple(x) for x in neut.tolist()}
+    for cnt in full:
+        prof = np.repeat(R, cnt.astype(int), axis=0)
+        assert any(tuple(profile_counts(p[prof])) in reps for p in perms)
+
+def test_axiom_scores_pinned_values():
+    cw_not_borda = np.array([[0, 1, 2, 3]] * 3 + [[1, 2, 3, 0]] * 2)   # 0 beats everyone 3:2, 1 has the top Borda score
+    P = preference_matrix(cw_not_borda); ref = np.array([.1, .2, .3, .4]); beta = 0.5
+    pi = ref * np.exp(P.mean(1) / beta); pi /= pi.sum(); ratio = pi / ref
+    d = axiom_scores(profile_counts(cw_not_borda)[None], ["rlhf_borda"], [beta], ref=ref)[("rlhf_borda", beta)]
+    assert d["A1"][0] == pytest.approx(ratio[1:].max() - ratio[0], abs=1e-12) and is_violation(d["A1"], "A1")[0]
+    # A3: the worst drop equals the worst of the voter-by-voter checker on the frozen maximal-lottery counterexample
+    d = axiom_scores(profile_counts(FROZEN_ML_NONMONOTONE)[None], ["vnw"], [0.0])[("vnw", 0.0)]
+    worst = max(v.magnitude for v in _check_mono(Rule("vnw", 0.0), [FROZEN_ML_NONMONOTONE]))
+    assert d["A3"][0] == pytest.approx(worst, abs=1e-12) and worst >= 2 / 15 - 1e-12
+    # weights instead of counts: the same scores when one swap moves 1/n of the electorate
+    w = profile_counts(FROZEN_ML_NONMONOTONE)[None] / 5
+    assert axiom_scores(w, ["vnw"], [0.0], swap_mass=0.2)[("vnw", 0.0)]["A3"][0] == pytest.approx(d["A3"][0], abs=1e-12)
+    with pytest.raises(ValueError, match="m!"): axiom_scores(np.ones((2, 5)), ["vnw"], [0.1])
+
+def test_axiom_scores_agree_with_the_checkers():
+    sample = profiles(25, n_choices=(3, 5, 7), m=4, seed=31)
+    Cs = np.stack([profile_counts(r) for r in sample]); ref = np.array([.4, .3, .2, .1])
+    for (kind, b), d in axiom_scores(Cs, ["vnw", "rlhf_bt"], [0.0, 0.03], ref=ref).items():
+        rule = Rule(kind, b)
+        assert set(np.nonzero(is_violation(d["A1"], "A1"))[0]) == {v.profile for v in check_condorcet(rule, sample, ref)}
+        assert set(np.nonzero(is_violation(d["A3"], "A3"))[0]) == {v.profile for v in _check_mono(rule, sample, ref)}
+
+def test_smallest_counterexamples_pinned():
+    ex, found = smallest_counterexamples(3, [3, 5], ["vnw"], [0.0, 0.1])
+    assert ex.query("beta == 0 and axiom == 'A3'").violations.tolist() == [0, 4]
+    assert ex.query("beta == 0.1").violations.sum() == 0
+    c = found[("vnw", 0.0, "A3")]; assert sum(c["counts"]) == 5 and len(c["swap"]) == 3
+
+def test_adversarial_search_finds_known_failures_only():
+    assert adversarial_search("vnw", 0.0, "A3", 3, pop=24, generations=10)["score"] > 0.02       # the maximal lottery
+    assert adversarial_search("rlhf_borda", 0.1, "A1", 3, pop=24, generations=10)["score"] > 0   # Borda vs a Condorcet winner
+    assert adversarial_search("rlhf_borda", 0.1, "A3", 3, pop=16, generations=6)["score"] <= 1e-12   # Borda is monotone
+
+def test_vnw_solver_ends_or_raises_promptly():
+    P = preference_matrix(random_profile(9, 5, rng=1))
+    t = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not converge"): vnw_path(P, [1e-3], max_iter=1, max_time=0.0)
+    with pytest.raises(RuntimeError, match="did not converge"): vnw_path(P, [1e-4], max_iter=1)   # bisection depth bound
+    assert time.monotonic() - t < 30
+
+def test_thread_count_changes_no_number():
+    sys.path.insert(0, str(pathlib.Path(__file__).parent)); from _threads import assert_thread_independent
+    assert_thread_independent("""
+import itertools
+import numpy as np
+from maspob_etal.social_choice import enumerate_profiles, axiom_scores
+d = axiom_scores(enumerate_profiles(3, 5), ["vnw", "rlhf_bt"], [0.0, 0.05, 0.5])
+result = [float(np.nan_to_num(v[ax], neginf=-9).sum()) for v in d.values() for ax in ("A1", "A3")]
+""")
+
+def test_condorcet_winner_ignores_rounding_on_the_diagonal():
+    "A diagonal of 1/2 + 1 ulp (as a weighted sum of ranking matrices gives) must not count as a win."
+    P = np.array([[0.5 + 1e-16, 0.6, 0.45], [0.4, 0.5, 0.55], [0.55, 0.45, 0.5]])
+    assert condorcet_winner(P) is None
+    d = axiom_scores(enumerate_profiles(3, 11), ["vnw"], [0.0], axioms=("A1",))[("vnw", 0.0)]
+    assert not is_violation(d["A1"], "A1").any()      # the maximal lottery is Condorcet-consistent by construction
+
+def test_rule_policies_equal_the_rules():
+    "The batched policies used by the searches equal the rules themselves, ties and a non-uniform reference included."
+    from maspob_etal.social_choice import rule_policies
+    Ps = np.stack([preference_matrix(r) for r in profiles(40, n_choices=(2, 4, 5), m=4, seed=41)])   # even n: Borda ties
+    ref = np.array([.4, .3, .2, .1])
+    for kind in RULE_KINDS:
+        pol = rule_policies(kind, Ps, [0.0, 0.07], ref)
+        for b in (0.0, 0.07): assert np.allclose(pol[b], Rule(kind, b)(Ps, ref), atol=1e-10), (kind, b)
