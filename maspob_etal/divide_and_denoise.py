@@ -1059,7 +1059,7 @@ def paired_bootstrap(diff:np.ndarray,        # (P,) per-prompt score differences
     boots = [stat([i[rng.integers(0, len(i), len(i))] for i in idx]) for _ in range(n_boot)]
     return stat(idx), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
-# %% ../nbs/04_divide_and_denoise.ipynb #3f5a9add
+# %% ../nbs/04_divide_and_denoise.ipynb #c85049a5
 def expert_quality(expert:Expert,        # a single-concept expert
                    ev:MiniGenEval,       # a fitted checker
                    n:int,                # images per seed
