@@ -280,7 +280,7 @@ def rtn_ternary(w:Tensor,       # weight, (out, in)
     codes, alpha = rtn_codes(w, group_size)
     return dequantize(codes, alpha, group_size).to(w.dtype)
 
-# %% ../nbs/05_catq.ipynb #24e52186
+# %% ../nbs/05_catq.ipynb #92f818cc
 def mse_ternary_params(wg:Tensor, # weight groups, (..., g)
                       )->tuple[Tensor, Tensor]: # scale alpha and threshold t, each (...)
     r"Per-group MSE-optimal ternary grid (Eq. 9): keep the $k^\star$ largest $|w_i|$, $\alpha$ their mean, $t$ the smallest kept."
@@ -303,7 +303,7 @@ def mse_codes(w:Tensor,        # weight, (out, in)
     alpha, t = mse_ternary_params(wg)
     return _ternary_at(wg, t[..., None]).reshape(w.shape).to(torch.int8), alpha
 
-# %% ../nbs/05_catq.ipynb #6c7957d7
+# %% ../nbs/05_catq.ipynb #ac4df037
 @torch.no_grad()
 def gptq_ternary(W:Tensor,          # weight, (out, in)
                  H:Tensor,          # Hessian of the layer's output error, X^T X over its calibration inputs, (in, in)
@@ -545,7 +545,7 @@ def rtn_quantize_(module:nn.Module,         # block(s) to quantize in place
         _replace(module, name, TernaryLinear(codes, scales, lin.bias, group_size))
     return len(names)
 
-# %% ../nbs/05_catq.ipynb #e17a0950
+# %% ../nbs/05_catq.ipynb #df976a3f
 @torch.no_grad()
 def mse_quantize_(module:nn.Module,         # block(s) to quantize in place
                   group_size:int=64,        # weights per group
