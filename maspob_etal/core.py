@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 # %% auto #0
 __all__ = ['SCALES', 'check_scale', 'scale_at_least', 'pick', 'get_device', 'seed_everything', 'progress_enabled', 'progress',
-           'Timer', 'cpu_threads']
+           'Timer', 'cpu_threads', 'interactive_session', 'explorer']
 
 # %% ../nbs/00_core.ipynb #96111ec4
 SCALES = ("smoke", "full", "gpu")
@@ -117,3 +117,39 @@ def cpu_threads(n:int, # torch intra-op threads (and BLAS threads for NumPy) ins
     try:
         with threadpool_limits(n): yield
     finally: torch.set_num_threads(old)
+
+# %% ../nbs/00_core.ipynb #553d990c
+def interactive_session()->bool:
+    "True in a Jupyter kernel driven by a person: false under papermill/nbclient runs of this project, nbdev-test, or plain Python."
+    if os.environ.get("MASPOB_BATCH") or os.environ.get("IN_TEST"): return False
+    try: from IPython import get_ipython
+    except ImportError: return False
+    ip = get_ipython()
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+
+def _knob(name, spec):
+    "(default, ipywidget) of one knob."
+    import ipywidgets as W
+    if isinstance(spec, list):
+        if not spec: raise ValueError(f"knob {name!r}: give at least one choice")
+        return spec[0], W.Dropdown(options=spec, value=spec[0], description=name)
+    if not (isinstance(spec, tuple) and len(spec) == 4):
+        raise ValueError(f"knob {name!r} must be (min, max, step, default) or a list of choices, got {spec!r}")
+    lo, hi, step, default = spec
+    if not lo <= default <= hi: raise ValueError(f"knob {name!r}: default {default} is outside [{lo}, {hi}]")
+    cls = W.IntSlider if all(isinstance(v, int) for v in spec) else W.FloatSlider
+    return default, cls(min=lo, max=hi, step=step, value=default, description=name, continuous_update=False)
+
+def explorer(draw,       # draw(**knobs): makes one matplotlib figure (returns it, or draws on the current one)
+             **knobs,    # name=(min, max, step, default) or name=[default, other choices...]
+            )->None:
+    "Show `draw` at the knobs' defaults; in an interactive session, also widgets that redraw it."
+    import matplotlib.pyplot as plt
+    parsed = {k: _knob(k, v) for k, v in knobs.items()}
+    defaults = {k: d for k, (d, _) in parsed.items()}
+    if interactive_session():
+        import ipywidgets as W
+        def _show(**kw): draw(**kw); plt.show()
+        W.interact(_show, **{k: w for k, (_, w) in parsed.items()})
+    else:
+        draw(**defaults); plt.show()

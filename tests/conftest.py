@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", MASPOB_PROGRESS="0",
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", MASPOB_PROGRESS="0", MASPOB_BATCH="1",
                   MASPOB_BLOCK_NETWORK="1", TOKENIZERS_PARALLELISM="false")
 _guard = str(Path(__file__).resolve().parent/"_offline")
 os.environ["PYTHONPATH"] = os.pathsep.join([_guard] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])

@@ -60,3 +60,14 @@ def test_timer():
     with Timer() as t: time.sleep(0.02)
     assert 0.015 < t.elapsed < 0.5
     t2 = Timer().start(); time.sleep(0.01); assert t2.elapsed > 0.005
+
+def test_explorer_draws_the_default_outside_an_interactive_session(monkeypatch):
+    import matplotlib; matplotlib.use("Agg")
+    from maspob_etal.core import explorer, interactive_session
+    monkeypatch.delenv("MASPOB_BATCH", raising=False)
+    assert not interactive_session()                    # plain Python: no kernel, no widgets
+    seen = []
+    assert explorer(lambda k, m: seen.append((k, m)), k=(1, 9, 1, 3), m=["a", "b"]) is None
+    assert seen == [(3, "a")]
+    with pytest.raises(ValueError, match="outside"): explorer(lambda k: None, k=(1, 9, 1, 12))
+    with pytest.raises(ValueError, match="at least one choice"): explorer(lambda m: None, m=[])

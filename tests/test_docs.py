@@ -1,12 +1,14 @@
-"Builds the docs site offline and opens pages in headless Chromium: page, sidebar and typeset equations must be there."
-import os, re, shutil, subprocess, sys, tempfile
+"""Builds the docs site offline and checks it: page names, every internal link and anchor, the search index, images,
+the README, and (in headless Chromium) typeset equations."""
+import json, os, re, shutil, subprocess, sys, tempfile
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
 pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
@@ -18,36 +20,107 @@ def site():
     return ROOT/"_docs"
 
 def dom(page:Path)->str:
-    "The page's DOM after its scripts ran (KaTeX typesets in the browser)."
+    "The page's DOM after its scripts ran (MathJax typesets in the browser)."
     with tempfile.TemporaryDirectory() as prof:
         r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                            f"--user-data-dir={prof}", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                            f"--user-data-dir={prof}", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
                            capture_output=True, text=True, timeout=120)
     return r.stdout
 
-def method_page(site):
-    pages = sorted(p for p in site.glob("[0-9][0-9]_*.html") if not p.name.startswith("00"))
-    return pages[0] if pages else site/"00b_models.html"
+class _Page(HTMLParser):
+    "Ids and links of one HTML page."
+    def __init__(self):
+        super().__init__(); self.ids, self.links, self.imgs = set(), [], []
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for k in ("id", "name"):
+            if a.get(k): self.ids.add(a[k])
+        for k in ("href", "src"):
+            if a.get(k) is not None: self.links.append((tag, k, a[k]))
+        if tag == "img": self.imgs.append(a.get("src") or "")
 
-def test_site_files(site):
-    assert (site/"index.html").exists() and (site/"results.html").exists()
-    assert (site/"site_libs"/"katex"/"katex.min.js").exists()
+def _parse(p:Path, cache:dict)->_Page:
+    if p not in cache:
+        pr = _Page(); pr.feed(p.read_text(encoding="utf-8")); cache[p] = pr
+    return cache[p]
+
+def broken_links(site:Path)->list[str]:
+    "Every internal href/src of every page that names a missing file, or an anchor missing from its page."
+    cache, bad = {}, []
+    for p in sorted(site.glob("*.html")):
+        for tag, attr, url in _parse(p, cache).links:
+            u = urlsplit(url)
+            if u.scheme or url.startswith("//") or url == "": continue
+            target = p if not u.path else (p.parent/unquote(u.path)).resolve()
+            if target.is_dir(): target = target/"index.html"
+            if not target.exists(): bad.append(f"{p.name}: <{tag} {attr}={url!r}>: no such file"); continue
+            if u.fragment and target.suffix == ".html" and unquote(u.fragment) not in _parse(target, cache).ids:
+                bad.append(f"{p.name}: <{tag} {attr}={url!r}>: no id {u.fragment!r} in {target.name}")
+    return bad
+
+def method_pages(site:Path)->list[Path]:
+    from maspob_etal.claims import METHODS
+    return [site/f"{slug}.html" for slug in METHODS if (site/f"{slug}.html").exists()]
+
+def test_pages_have_quartos_names_and_markdown_twins(site):
+    from maspob_etal.claims import METHODS, notebook_name
+    for slug in METHODS:
+        if (ROOT/"nbs"/notebook_name(slug)).exists():
+            assert (site/f"{slug}.html").exists() and (site/f"{slug}.html.md").exists(), slug   # as module docstrings link
+            assert not (site/f"{Path(notebook_name(slug)).stem}.html").exists()
+    assert (site/"index.html").exists() and (site/"results.html").exists() and (site/"core.html").exists()
+    assert (site/"site_libs"/"mathjax"/"MathJax.js").exists()
+    assert "cdn.jsdelivr.net" not in "".join(p.read_text() for p in site.glob("*.html"))   # nothing from a CDN
     html = (site/"index.html").read_text()
-    assert "cdn.jsdelivr.net/npm/katex" not in "".join(p.read_text() for p in site.glob("*.html"))
-    assert 'href="results.html"' in html                      # the home page links the results page
-    for n in ["01", "05", "19"]: assert f"| {n} |" in html or f">{n}<" in html   # and lists the methods
+    assert 'href="results.html"' in html
+    for n in ["01", "05", "19"]: assert f">{n}<" in html or f"| {n} |" in html   # the home page lists the methods
+
+def test_every_internal_link_and_anchor_resolves(site):
+    bad = broken_links(site)
+    assert not bad, f"{len(bad)} broken links:\n" + "\n".join(bad[:40])
+
+def test_the_link_check_can_fail(tmp_path):
+    (tmp_path/"a.html").write_text('<a href="b.html#x">b</a><a href="c.html">c</a><img src="p.png"><h2 id="y">y</h2><a href="#y">ok</a>')
+    (tmp_path/"b.html").write_text('<h2 id="z">z</h2>')
+    bad = broken_links(tmp_path)
+    assert len(bad) == 3 and "no id 'x'" in bad[0] and "c.html" in bad[1] and "p.png" in bad[2]
+
+def test_search_index_is_valid_and_points_at_real_pages(site):
+    idx = json.loads((site/"search.json").read_text())
+    assert len(idx) > 50 and all({"title", "href", "text"} <= set(e) for e in idx)
+    js = (site/"search-index.js").read_text()
+    assert json.loads(js[js.index("=") + 1:].strip().rstrip(";")) == idx          # the copy that works from disk
+    assert "window.SMALLDOCS_SEARCH" in (site/"site_libs"/"smalldocs.js").read_text()
+    cache, bad = {}, []
+    for e in idx:
+        u = urlsplit(e["href"]); target = (site/unquote(u.path)).resolve()
+        if not target.exists(): bad.append(e["href"])
+        elif u.fragment and unquote(u.fragment) not in _parse(target, cache).ids: bad.append(e["href"])
+    assert not bad, bad[:20]
+    assert any("catq.html" in e["href"] for e in idx) or not (site/"catq.html").exists()
+
+def test_method_pages_show_their_plots(site):
+    for p in method_pages(site):
+        imgs = _parse(p, {}).imgs
+        assert imgs, f"{p.name} shows no figure"
+        for src in imgs:
+            assert src.startswith("data:image/") or (p.parent/unquote(urlsplit(src).path)).exists(), (p.name, src[:80])
 
 def test_readme_is_generated_from_the_index(site):
     readme = (ROOT/"README.md").read_text()
     assert readme.startswith("# maspob_etal") and "make test" in readme and "make reproduce" in readme
-    assert "#| echo: false" not in readme
+    assert "#| echo: false" not in readme and "design card" not in readme
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert links and all(l.startswith(("https://", "#", "mailto:")) for l in links), [l for l in links if not l.startswith("https://")]
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
 def test_pages_render_in_chromium(site):
     home = dom(site/"index.html")
     assert "maspob_etal" in home and "sidebar" in home and "Results" in home
-    page = dom(method_page(site))
-    assert 'id="quarto-sidebar"' in page or "sidebar" in page
-    assert 'class="katex"' in page, "no equation was typeset by KaTeX"
-    assert "katex-error" not in page
+    pages = method_pages(site)
+    page = dom(pages[0] if pages else site/"claims.html")
+    assert "sidebar" in page
+    assert 'class="MathJax"' in page or 'class="MathJax_Display"' in page, "no equation was typeset"
+    assert 'class="merror"' not in page and 'class="MathJax_Error"' not in page
+    assert 'class="page-navigation"' in page                              # previous / next links
