@@ -420,8 +420,8 @@ def _set(mods, mode=None, t=None):
         if t is not None: q.set_progress(t)
 
 # %% ../nbs/05_catq.ipynb #bbf08e4c
-def calibrate(model:nn.Module,          # causal LM (or any model called as model(ids)); modified in place
-              calib_ids:Tensor,         # calibration token ids, (N, T), long
+def calibrate(model:nn.Module,          # causal LM, or any model called as model(x) whose blocks hold nn.Linear layers; modified in place
+              calib_ids:Tensor,         # calibration batch: token ids (N, T), long; or, for a model that does not take tokens, its float input (N, ...)
               *,
               layers:Sequence[int]|None=None, # contiguous indices of the blocks to quantize; None means all
               blocks:nn.ModuleList|None=None, # the model's blocks; None finds the decoder layers
@@ -448,8 +448,10 @@ def calibrate(model:nn.Module,          # causal LM (or any model called as mode
               show_progress:bool=True,  # progress bar over windows (also silenced by MASPOB_PROGRESS=0)
              )->dict:                   # log: per window losses and the training trace; the config
     "Quantize `layers` of `model` to ternary with CAT-Q by sliding-window block reconstruction (in place)."
-    if not isinstance(calib_ids, Tensor) or calib_ids.ndim != 2 or calib_ids.dtype != torch.long or calib_ids.shape[0] < 1:
-        raise ValueError(f"calib_ids must be a 2-D long tensor (N, T) with N >= 1, got {getattr(calib_ids, 'shape', type(calib_ids))}")
+    if (not isinstance(calib_ids, Tensor) or calib_ids.ndim < 2 or calib_ids.shape[0] < 1
+            or (not calib_ids.is_floating_point() and (calib_ids.ndim != 2 or calib_ids.dtype != torch.long))):
+        raise ValueError("calib_ids must be token ids, a 2-D long tensor (N, T), or the float input (N, ...) of a model that does not "
+                         f"take tokens, with N >= 1 examples; got {getattr(calib_ids, 'dtype', type(calib_ids))} of shape {tuple(getattr(calib_ids, 'shape', ()))}")
     blocks = decoder_layers(model) if blocks is None else blocks
     layers = list(range(len(blocks))) if layers is None else [int(l) for l in layers]
     if not layers or layers != list(range(layers[0], layers[-1] + 1)) or layers[0] < 0 or layers[-1] >= len(blocks):

@@ -202,7 +202,7 @@ def test_bad_inputs_raise_clear_errors():
     q = CatQLinear(nn.Linear(8, 2), group_size=8); q.mode = "int4"
     with pytest.raises(ValueError, match="mode must be"): q(torch.zeros(1, 8))
     model, ids = tiny_llama(), tiny_ids()
-    for calib_ids, kw, msg in [(ids.float(), {}, "2-D long tensor"), (ids[0], {}, "2-D long tensor"),
+    for calib_ids, kw, msg in [(ids.int(), {}, "2-D long tensor"), (ids[0], {}, "2-D long tensor"),
                                (ids, dict(layers=[0, 5]), "consecutive indices"), (ids, dict(layers=[]), "consecutive indices"),
                                (ids, dict(window=2, stride=3), r"stride \(3\) must be <= window"),
                                (ids, dict(loss="l1"), "loss must be"), (ids, dict(epochs=0), "epochs must be an integer"),
@@ -456,3 +456,27 @@ def test_same_numbers_with_one_and_two_threads():
         torch.manual_seed(0); m2 = LlamaForCausalLM(cfg).eval(); gptq_quantize_(m2, ids, [1], 16, batch_size=4)
         result = [log["windows"][0]["loss_final"], *sequence_nll(model, ids, 4).tolist(), *sequence_nll(m2, ids, 4).tolist()]
     """)
+
+class _FeatureNet(nn.Module):
+    "A model whose input is float features, not token ids: linear stem, two residual MLP blocks, linear head."
+    def __init__(self, d_in=12, d=32):
+        super().__init__()
+        self.stem = nn.Linear(d_in, d)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d)) for _ in range(2))
+        self.head = nn.Linear(d, 3)
+    def forward(self, x):
+        h = self.stem(x)
+        for b in self.blocks: h = h + b(h)
+        return self.head(h)
+
+def test_model_whose_input_is_not_tokens():
+    torch.manual_seed(0)
+    model = _FeatureNet()
+    x = torch.randn(24, 5, 12, generator=torch.Generator().manual_seed(1))
+    y_fp = model(x).detach()
+    log = calibrate(model, x, blocks=model.blocks, window=1, stride=1, epochs=15, batch_size=8, group_size=16,
+                    lr_factor=3e-2, show_progress=False)
+    assert all(w["loss_final"] < w["loss_init"] for w in log["windows"])           # reconstruction improved every window
+    assert export_model(model) == 4 and torch.isfinite(model(x)).all()               # 4 linears in the blocks became ternary
+    assert (model(x) - y_fp).abs().mean() < y_fp.abs().mean()                        # and the output stays close
+    with pytest.raises(ValueError, match="float input"): calibrate(_FeatureNet(), x[0, 0], blocks=model.blocks, show_progress=False)
