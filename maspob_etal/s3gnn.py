@@ -435,6 +435,10 @@ def forward(self:S3Layer, H:Tensor,     # (N, d) node states
             ops:GraphOps,               # batch operators from `graph_ops`
            )->Tensor:                   # (N, d) next node states
     "Apply the layer to node states `H` given the batch operators `ops`."
+    if not isinstance(ops, GraphOps):
+        raise TypeError(f"S3Layer takes (H, ops) with ops = graph_ops(batch), not {type(ops).__name__}: an S3 layer needs the "
+                        "batch's eigenpairs and Laplacian, so build them once per batch (SpectralTransform on the data, then "
+                        "ops = graph_ops(batch)), or use S3GNN, which takes a PyG batch directly")
     if H.dim() != 2 or H.shape[-1] != self.d:
         raise ValueError(f"S3Layer expects node features of shape (N, {self.d}), got {tuple(H.shape)}")
     Z = self.f(H)                                                              # (N, d)

@@ -424,3 +424,8 @@ def test_same_numbers_with_one_and_two_threads():
             r = train_eval(net, data[:10], data[10:13], data[13:], epochs=2, batch_size=5, seed=0)
             result = [r["train"], r["val"], r["test"], far_field(jacobian_sensitivity(net, data[0], 0), 1)]
     """)
+
+def test_s3layer_with_an_edge_index_says_what_to_pass():
+    lay = S3Layer(4)
+    with pytest.raises(TypeError, match=r"ops = graph_ops\(batch\)"):
+        lay(torch.zeros(3, 4), torch.tensor([[0, 1], [1, 0]]))
