@@ -21,9 +21,10 @@ from .core import progress
 # %% auto #0
 __all__ = ['check_group_size', 'group_stats', 'hard_ternary', 'modulation', 'modulate', 'soft_ternary', 'sharpness',
            'ste_ternary', 'CatQLinear', 'dequantize', 'pack_ternary', 'unpack_ternary', 'TernaryLinear', 'rtn_codes',
-           'rtn_ternary', 'decoder_layers', 'wrap_linears', 'window_starts', 'capture_inputs', 'calibrate',
-           'export_model', 'rtn_quantize_', 'pydoc_text', 'read_text', 'token_windows', 'corpus', 'perplexity',
-           'memory_report']
+           'rtn_ternary', 'mse_ternary_params', 'mse_codes', 'gptq_ternary', 'decoder_layers', 'wrap_linears',
+           'window_starts', 'capture_inputs', 'calibrate', 'export_model', 'rtn_quantize_', 'mse_quantize_',
+           'gptq_quantize_', 'pydoc_text', 'read_text', 'token_windows', 'corpus', 'final_head', 'sequence_nll',
+           'perplexity', 'memory_report']
 
 # %% ../nbs/05_catq.ipynb #5e844303
 def check_group_size(in_features:int, # width of the weight's input dimension
@@ -279,6 +280,63 @@ def rtn_ternary(w:Tensor,       # weight, (out, in)
     codes, alpha = rtn_codes(w, group_size)
     return dequantize(codes, alpha, group_size).to(w.dtype)
 
+# %% ../nbs/05_catq.ipynb #92f818cc
+def mse_ternary_params(wg:Tensor, # weight groups, (..., g)
+                      )->tuple[Tensor, Tensor]: # scale alpha and threshold t, each (...)
+    r"Per-group MSE-optimal ternary grid (Eq. 9): keep the $k^\star$ largest $|w_i|$, $\alpha$ their mean, $t$ the smallest kept."
+    s = wg.abs().sort(-1, descending=True).values                    # |w| in decreasing order, (..., g)
+    c = s.cumsum(-1)                                                  # c_k, the sum of the k largest
+    k = torch.arange(1, wg.shape[-1] + 1, dtype=wg.dtype, device=wg.device)
+    kb = (c*c/k).argmax(-1, keepdim=True)                             # k* - 1: error = |w|^2 - c_k^2 / k
+    alpha = c.gather(-1, kb)[..., 0]/(kb[..., 0] + 1).to(wg.dtype)
+    return alpha.clamp_min(1e-8), s.gather(-1, kb)[..., 0]
+
+def _ternary_at(w:Tensor, t:Tensor)->Tensor:
+    "Codes sign(w) where |w| >= t, else 0."
+    return torch.where(w.abs() >= t, torch.sign(w), torch.zeros_like(w))
+
+def mse_codes(w:Tensor,        # weight, (out, in)
+              group_size:int,  # weights per group g
+             )->tuple[Tensor, Tensor]: # int8 codes (out, in) and scales (out, in // g)
+    "Data-free MSE-optimal ternary codes and scales per group (Eq. 9)."
+    wg = _grouped(w, group_size)
+    alpha, t = mse_ternary_params(wg)
+    return _ternary_at(wg, t[..., None]).reshape(w.shape).to(torch.int8), alpha
+
+# %% ../nbs/05_catq.ipynb #ac4df037
+@torch.no_grad()
+def gptq_ternary(W:Tensor,          # weight, (out, in)
+                 H:Tensor,          # Hessian of the layer's output error, X^T X over its calibration inputs, (in, in)
+                 group_size:int,    # weights per group g
+                 damp:float=0.01,   # dampening, as a fraction of the mean diagonal (GPTQ's default)
+                 block:int|None=None, # columns per lazy-update block; None: the multiple of g nearest 128
+                )->tuple[Tensor, Tensor]: # int8 codes (out, in) and per-group scales (out, in // g)
+    r"GPTQ (Eq. 10) on a ternary grid: columns in order, each rounded, its error spread over the later columns through $H^{-1}$."
+    out, n = W.shape
+    G = check_group_size(n, group_size)
+    block = block or group_size*max(1, 128//group_size)
+    if block % group_size: raise ValueError(f"block ({block}) must be a multiple of group_size ({group_size}): a group is fitted on up-to-date weights")
+    dt = torch.float64 if W.dtype == torch.float64 else torch.float32
+    W, H = W.detach().clone().to(dt), H.detach().clone().to(dt)
+    dead = torch.diag(H) == 0                                            # inputs never active: their weights do not matter
+    H[dead, dead] = 1.0; W[:, dead] = 0.0
+    H += damp*torch.diag(H).mean()*torch.eye(n, dtype=dt, device=H.device)
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)   # H^-1 = U^T U
+    codes, scales = torch.zeros_like(W), torch.zeros(out, G, dtype=dt, device=W.device)
+    for i1 in range(0, n, block):
+        i2 = min(i1 + block, n)
+        W1, E1, U1 = W[:, i1:i2].clone(), torch.zeros(out, i2 - i1, dtype=dt, device=W.device), U[i1:i2, i1:i2]
+        for i in range(i2 - i1):
+            if (i1 + i) % group_size == 0:                               # fit the group's grid on its current weights (Eq. 9)
+                alpha, t = mse_ternary_params(W1[:, i:i + group_size]); scales[:, (i1 + i)//group_size] = alpha
+            q = _ternary_at(W1[:, i], t)
+            codes[:, i1 + i] = q
+            err = (W1[:, i] - alpha*q)/U1[i, i]                          # Eq. 10
+            W1[:, i:] -= err[:, None]*U1[i, i:][None, :]                 # compensate in this block's later columns
+            E1[:, i] = err
+        W[:, i2:] -= E1 @ U[i1:i2, i2:]                                  # ... and, lazily, in the later blocks
+    return codes.to(torch.int8), scales
+
 # %% ../nbs/05_catq.ipynb #0e4c097c
 def decoder_layers(model:nn.Module)->nn.ModuleList:
     "The decoder layers of a transformers causal LM (`model.layers` of llama, qwen, mistral, ...; `transformer.h` of GPT-2)."
@@ -362,8 +420,8 @@ def _set(mods, mode=None, t=None):
         if t is not None: q.set_progress(t)
 
 # %% ../nbs/05_catq.ipynb #bbf08e4c
-def calibrate(model:nn.Module,          # causal LM (or any model called as model(ids)); modified in place
-              calib_ids:Tensor,         # calibration token ids, (N, T), long
+def calibrate(model:nn.Module,          # causal LM, or any model called as model(x) whose blocks hold nn.Linear layers; modified in place
+              calib_ids:Tensor,         # calibration batch: token ids (N, T), long; or, for a model that does not take tokens, its float input (N, ...)
               *,
               layers:Sequence[int]|None=None, # contiguous indices of the blocks to quantize; None means all
               blocks:nn.ModuleList|None=None, # the model's blocks; None finds the decoder layers
@@ -390,8 +448,10 @@ def calibrate(model:nn.Module,          # causal LM (or any model called as mode
               show_progress:bool=True,  # progress bar over windows (also silenced by MASPOB_PROGRESS=0)
              )->dict:                   # log: per window losses and the training trace; the config
     "Quantize `layers` of `model` to ternary with CAT-Q by sliding-window block reconstruction (in place)."
-    if not isinstance(calib_ids, Tensor) or calib_ids.ndim != 2 or calib_ids.dtype != torch.long or calib_ids.shape[0] < 1:
-        raise ValueError(f"calib_ids must be a 2-D long tensor (N, T) with N >= 1, got {getattr(calib_ids, 'shape', type(calib_ids))}")
+    if (not isinstance(calib_ids, Tensor) or calib_ids.ndim < 2 or calib_ids.shape[0] < 1
+            or (not calib_ids.is_floating_point() and (calib_ids.ndim != 2 or calib_ids.dtype != torch.long))):
+        raise ValueError("calib_ids must be token ids, a 2-D long tensor (N, T), or the float input (N, ...) of a model that does not "
+                         f"take tokens, with N >= 1 examples; got {getattr(calib_ids, 'dtype', type(calib_ids))} of shape {tuple(getattr(calib_ids, 'shape', ()))}")
     blocks = decoder_layers(model) if blocks is None else blocks
     layers = list(range(len(blocks))) if layers is None else [int(l) for l in layers]
     if not layers or layers != list(range(layers[0], layers[-1] + 1)) or layers[0] < 0 or layers[-1] >= len(blocks):
@@ -487,6 +547,53 @@ def rtn_quantize_(module:nn.Module,         # block(s) to quantize in place
         _replace(module, name, TernaryLinear(codes, scales, lin.bias, group_size))
     return len(names)
 
+# %% ../nbs/05_catq.ipynb #df976a3f
+@torch.no_grad()
+def mse_quantize_(module:nn.Module,         # block(s) to quantize in place
+                  group_size:int=64,        # weights per group
+                  exclude:Sequence[str]=("gate",), # child names left alone
+                 )->int:                    # number of layers replaced
+    "Replace every `nn.Linear` inside `module` by a `TernaryLinear` with the data-free MSE-optimal grid (Eq. 9)."
+    names = [n for n, m in module.named_modules() if isinstance(m, nn.Linear) and n.rpartition(".")[2] not in exclude]
+    for name in names:
+        lin = module.get_submodule(name)
+        _replace(module, name, TernaryLinear(*mse_codes(lin.weight, group_size), lin.bias, group_size))
+    return len(names)
+
+@torch.no_grad()
+def gptq_quantize_(model:nn.Module,        # the whole model; called as model(ids)
+                   calib_ids:Tensor,       # calibration token ids, (N, T), long (the data CAT-Q gets)
+                   layers:Sequence[int],   # consecutive block indices to quantize
+                   group_size:int=64,      # weights per group
+                   damp:float=0.01,        # GPTQ dampening
+                   batch_size:int=8,       # sequences per forward pass
+                   blocks:nn.ModuleList|None=None, # the model's blocks; None finds the decoder layers
+                   exclude:Sequence[str]=("gate",), # child names left alone
+                  )->int:                  # number of linears replaced
+    "GPTQ-ternarize `layers` in place (Eq. 10), block by block: a block's Hessians come from the outputs of the quantized blocks before it."
+    blocks = decoder_layers(model) if blocks is None else blocks
+    layers = [int(l) for l in layers]
+    if not layers or layers != list(range(layers[0], layers[-1] + 1)):
+        raise ValueError(f"layers must be a non-empty run of consecutive block indices, got {layers}")
+    X, kw = capture_inputs(model, blocks[layers[0]], calib_ids.to(next(model.parameters()).device), batch_size)
+    n = 0
+    for l in layers:
+        lins = {nm: m for nm, m in blocks[l].named_modules() if isinstance(m, nn.Linear) and nm.rpartition(".")[2] not in exclude}
+        Hs = {nm: torch.zeros(m.in_features, m.in_features, device=m.weight.device) for nm, m in lins.items()}
+        def hook(nm):
+            def f(mod, args):
+                x = args[0].reshape(-1, args[0].shape[-1]).float(); Hs[nm].addmm_(x.T, x)   # H += X^T X
+            return f
+        handles = [m.register_forward_pre_hook(hook(nm)) for nm, m in lins.items()]
+        try: _run_batched([blocks[l]], X, kw, batch_size)                # the block, still full precision, on quantized inputs
+        finally:
+            for h in handles: h.remove()
+        for nm, m in lins.items():
+            codes, scales = gptq_ternary(m.weight, Hs[nm], group_size, damp)
+            _replace(blocks[l], nm, TernaryLinear(codes, scales, m.bias, group_size)); n += 1
+        X = _run_batched([blocks[l]], X, kw, batch_size)                 # the quantized block feeds the next
+    return n
+
 # %% ../nbs/05_catq.ipynb #435f191e
 def pydoc_text(split:str, # "calib" (7 topics in 10) or "eval" (the other 3)
               )->str:     # the topics' text joined by blank lines
@@ -534,20 +641,41 @@ def corpus(tok,                        # a tokenizer
     return token_windows(tok, text, seq_len, n_seqs, seed)
 
 # %% ../nbs/05_catq.ipynb #6971de34
+def final_head(model:nn.Module)->tuple[nn.Module, nn.Module]:
+    "The final norm and the output projection of a transformers causal LM (llama/qwen/mistral: `model.norm`; GPT-2: `transformer.ln_f`)."
+    for path in ("model.norm", "transformer.ln_f", "model.decoder.final_layer_norm"):
+        obj = model
+        for name in path.split("."): obj = getattr(obj, name, None)
+        if isinstance(obj, nn.Module) and isinstance(getattr(model, "lm_head", None), nn.Module): return obj, model.lm_head
+    raise ValueError(f"could not find the final norm and lm_head of {type(model).__name__}: evaluate it without `prefix`")
+
 @torch.no_grad()
+def sequence_nll(model:nn.Module,  # causal LM returning `.logits`
+                 ids:Tensor,       # held-out token ids, (N, T), long
+                 batch_size:int=8, # sequences per forward pass
+                 prefix:tuple|None=None, # (first, X, kw): inputs of block `first` for `ids`, from `capture_inputs`; skips the blocks before it
+                )->Tensor:         # (N,) mean next-token NLL of each sequence, in nats
+    "Mean next-token negative log-likelihood of every held-out sequence (optionally re-running only the blocks from `first` on)."
+    if not isinstance(ids, Tensor) or ids.ndim != 2 or ids.shape[1] < 2: raise ValueError(f"ids must be (N, T) with T >= 2, got {getattr(ids, 'shape', ids)}")
+    dev, out = next(model.parameters()).device, []
+    if prefix is not None:
+        first, X, kw = prefix
+        if tuple(X.shape[:2]) != tuple(ids.shape): raise ValueError(f"prefix holds block inputs for shape {tuple(X.shape[:2])}, not for ids of shape {tuple(ids.shape)}")
+        blocks, (norm, head) = decoder_layers(model)[first:], final_head(model)
+    for i in range(0, len(ids), batch_size):
+        b = ids[i:i+batch_size].to(dev)
+        logits = model(b).logits if prefix is None else head(norm(_run(blocks, X[i:i+batch_size], kw)))   # (B, T, V)
+        nll = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), b[:, 1:].flatten(), reduction="none")
+        out.append(nll.view(len(b), -1).mean(1).cpu())
+    return torch.cat(out)
+
 def perplexity(model:nn.Module,   # causal LM returning `.logits`
                ids:Tensor,        # held-out token ids, (N, T), long
                batch_size:int=8,  # sequences per forward pass
+               prefix:tuple|None=None, # see `sequence_nll`
               )->float:           # exp(mean next-token NLL)
-    "Held-out perplexity of a causal LM on fixed-length token windows."
-    if not isinstance(ids, Tensor) or ids.ndim != 2 or ids.shape[1] < 2: raise ValueError(f"ids must be (N, T) with T >= 2, got {getattr(ids, 'shape', ids)}")
-    dev, nll, cnt = next(model.parameters()).device, 0.0, 0
-    for i in range(0, len(ids), batch_size):
-        b = ids[i:i+batch_size].to(dev)
-        logits = model(b).logits.float()                                   # (B, T, V)
-        nll += F.cross_entropy(logits[:, :-1].flatten(0, 1), b[:, 1:].flatten(), reduction="sum").item()
-        cnt += b[:, 1:].numel()
-    return math.exp(nll / cnt)
+    "Held-out perplexity on fixed-length token windows: $\\exp$ of the mean next-token NLL."
+    return math.exp(float(sequence_nll(model, ids, batch_size, prefix).double().mean()))
 
 def memory_report(model:nn.Module, # a model with `TernaryLinear` layers
                  )->dict:          # byte counts and bits per weight of the ternary layers

@@ -27,13 +27,14 @@ from .core import progress
 __all__ = ['SHAPES', 'PALETTE', 'SIZE_RANGE', 'FAIRNESS', 'COLOR_CLASSES', 'SHAPE_CLASSES', 'Concept', 'concept_from_name',
            'shape_coverage', 'render_scene', 'random_objects', 'make_concept_dataset', 'make_expert_unet', 'Expert',
            'train_expert', 'save_expert', 'load_expert', 'initial_noise', 'ddim_scheduler', 'ddim_loop',
-           'sample_single', 'predict_x0', 'gaussian_blur', 'saliency_utility', 'check_utilities', 'allocation_values',
-           'cross_values', 'is_allocation', 'is_proportional', 'is_envy_free', 'solve_fair_division_lp',
-           'solve_fair_division_entropic', 'solve_fair_division', 'expert_utilities', 'alignment_energy',
-           'alignment_step', 'allocation_masks', 'composite_eps', 'DivideAndDenoiseSampler', 'sample_average',
-           'sample_composable', 'fixed_layout', 'sample_multidiffusion_fixed', 'sample_argmax_allocation', 'Detection',
-           'relative_position', 'evaluate_detections', 'MiniGenEval', 'task_spec', 'overall_score',
-           'fair_share_violation_rate', 'check_against_lp', 'paired_bootstrap']
+           'sample_single', 'check_pixel_experts', 'predict_x0', 'gaussian_blur', 'saliency_utility', 'check_utilities',
+           'allocation_values', 'cross_values', 'is_allocation', 'is_proportional', 'is_envy_free',
+           'solve_fair_division_lp', 'solve_fair_division_entropic', 'solve_fair_division', 'expert_utilities',
+           'alignment_energy', 'alignment_step', 'allocation_masks', 'composite_eps', 'DivideAndDenoiseSampler',
+           'sample_average', 'sample_composable', 'fixed_layout', 'sample_multidiffusion_fixed',
+           'sample_argmax_allocation', 'Detection', 'relative_position', 'evaluate_detections', 'MiniGenEval',
+           'task_spec', 'overall_score', 'fair_share_violation_rate', 'check_against_lp', 'paired_bootstrap',
+           'expert_quality', 'per_seed_scores']
 
 # %% ../nbs/04_divide_and_denoise.ipynb #0c22bbbb
 SHAPES = ("circle", "square", "triangle")
@@ -195,6 +196,13 @@ class Expert:
     @property
     def device(self)->torch.device: return next(self.unet.parameters()).device
 
+    @property
+    def sample_shape(self)->tuple:
+        "(C, H, W) of the samples: 3 RGB channels for pixel models, 4 for Stable Diffusion's latents, ..."
+        cfg = self.unet.config
+        size = cfg.sample_size if isinstance(cfg.sample_size, (tuple, list)) else (cfg.sample_size, cfg.sample_size)
+        return (cfg.in_channels, *size)
+
 # %% ../nbs/04_divide_and_denoise.ipynb #94f0433a
 def _target(kind:str, x0:Tensor, noise:Tensor, ab:Tensor)->Tensor:
     if kind == "epsilon": return noise
@@ -216,14 +224,19 @@ def train_expert(concept:Concept,           # the concept to learn
                  prediction_type:str="sample", # "sample" (x0), "epsilon" or "v_prediction"
                  n_train:int=4096,          # rendered training images
                  amp:bool=False,            # bf16 autocast (CUDA only)
+                 init:Expert|None=None,     # continue training this expert (its network is trained further, in place)
                 )->Expert:                  # the trained expert, in eval mode on `device`
-    "Train one single-concept expert on rendered shapes (or load it from `cache_dir`)."
+    "Train one single-concept expert on rendered shapes (or load it from `cache_dir`, or train `init` further)."
     if steps < 1 or batch < 1: raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
     path = Path(cache_dir)/concept.name.replace(" ", "_") if cache_dir is not None else None
-    if path is not None and (path/"model_index.json").exists(): return load_expert(path, concept).to(device)
+    if init is None and path is not None and (path/"model_index.json").exists(): return load_expert(path, concept).to(device)
     torch.manual_seed(seed)
-    unet = make_expert_unet(res, channels, layers_per_block).to(device)
-    sched = DDPMScheduler(num_train_timesteps=1000, prediction_type=prediction_type)
+    if init is not None:
+        if init.concept != concept: raise ValueError(f"init draws {init.concept.name!r}, not {concept.name!r}")
+        unet, sched, prediction_type = init.unet.to(device).requires_grad_(True), init.scheduler, init.scheduler.config.prediction_type
+    else:
+        unet = make_expert_unet(res, channels, layers_per_block).to(device)
+        sched = DDPMScheduler(num_train_timesteps=1000, prediction_type=prediction_type)
     _target(prediction_type, *[torch.zeros(1)]*3)                    # validates the prediction type early
     data = make_concept_dataset(concept, n_train, res, seed=seed).to(device)
     ab_all = sched.alphas_cumprod.to(device)
@@ -245,7 +258,8 @@ def train_expert(concept:Concept,           # the concept to learn
         losses.append(loss.item() if i % 25 == 0 or i == steps - 1 else losses[-1]); done = i + 1
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds: break
     unet.eval().requires_grad_(False)
-    ex = Expert(unet, sched, concept, info=dict(steps=done, seconds=round(time.perf_counter() - t0, 2),
+    before = init.info if init is not None else {}
+    ex = Expert(unet, sched, concept, info=dict(steps=before.get("steps", 0) + done, seconds=round(before.get("seconds", 0) + time.perf_counter() - t0, 2),
                                                  final_loss=float(np.mean(losses[-50:]))))
     if path is not None: save_expert(ex, path)
     return ex
@@ -302,6 +316,9 @@ def ddim_scheduler(experts:Sequence[Expert], num_steps:int)->DDIMScheduler:
     for e in experts[1:]:
         if e.scheduler.betas.shape != b0.shape or not torch.allclose(e.scheduler.betas, b0):
             raise ValueError(f"experts {experts[0].name!r} and {e.name!r} use different noise schedules: composition needs one shared schedule")
+        if e.sample_shape != experts[0].sample_shape:
+            raise ValueError(f"experts {experts[0].name!r} and {e.name!r} make samples of shapes {experts[0].sample_shape} and "
+                             f"{e.sample_shape}: composition needs one shared sample space")
     if num_steps < 1: raise ValueError(f"num_steps must be >= 1, got {num_steps}")
     s = DDIMScheduler.from_config(experts[0].scheduler.config, prediction_type="epsilon")
     s.set_timesteps(num_steps)
@@ -323,12 +340,22 @@ def sample_single(expert:Expert,         # the model
                   n:int,                 # images per seed
                   seed:int|Sequence[int], # seed(s)
                   num_steps:int=20,      # DDIM steps
-                 )->Tensor:              # (n * n_seeds, 3, H, W) on the expert's device
-    "Plain DDIM sampling from one expert."
-    res = expert.unet.config.sample_size
+                 )->Tensor:              # (n * n_seeds, C, H, W) on the expert's device
+    "Plain DDIM sampling from one expert (any diffusers UNet: RGB pixels, or latents that the caller decodes)."
     s = ddim_scheduler([expert], num_steps)
     with torch.no_grad():
-        return ddim_loop(lambda x, t, i: (x, expert.eps(x, t)), initial_noise(n, (3, res, res), seed, expert.device), s)
+        return ddim_loop(lambda x, t, i: (x, expert.eps(x, t)), initial_noise(n, expert.sample_shape, seed, expert.device), s)
+
+def check_pixel_experts(experts:Sequence[Expert], # experts sharing one sample space
+                       )->tuple:                   # (C, H, W) of that space
+    "Refuse experts whose samples are not RGB images: the division's utility (section 4) is defined in pixel space."
+    shape = experts[0].sample_shape
+    if shape[0] != 3 or experts[0].unet.config.out_channels != 3:
+        raise ValueError(f"Divide-and-Denoise here composes pixel-space RGB experts (3 channels in and out); {experts[0].name or 'this expert'!r} "
+                         f"works on {shape[0]}-channel samples, e.g. the latents of a Stable Diffusion UNet. A latent model needs its VAE "
+                         "to decode the x0 estimate before the saliency utility can be computed, and this reconstruction does not do that: "
+                         "sample it alone with `sample_single` and decode with its VAE, or pass RGB pixel-space experts")
+    return shape
 
 # %% ../nbs/04_divide_and_denoise.ipynb #72b33c3a
 def predict_x0(x_t:Tensor,  # (..., C, H, W) noisy sample
@@ -625,8 +652,9 @@ class DivideAndDenoiseSampler:
                 ):
         if not experts: raise ValueError("pass at least one expert")
         self.experts, self.K = list(experts), len(experts)
-        self.res = experts[0].unet.config.sample_size
-        self.scheduler = ddim_scheduler(self.experts, num_steps)           # also checks the shared schedule
+        self.scheduler = ddim_scheduler(self.experts, num_steps)           # also checks the shared schedule and sample shape
+        _, self.res, w = check_pixel_experts(self.experts)                 # RGB pixel space; a latent UNet is refused, with the reason
+        if w != self.res: raise ValueError(f"experts must make square images, got {self.res}x{w}")
         _check_kind(fairness); _check_alpha(alpha)
         if guidance_scale < 0 or n_align < 0: raise ValueError(f"guidance_scale and n_align must be >= 0, got {guidance_scale}, {n_align}")
         if not 0 < smoothing <= 1: raise ValueError(f"smoothing (rho) must be in (0, 1], got {smoothing}")
@@ -712,9 +740,8 @@ def sample(self:DivideAndDenoiseSampler,
 
 # %% ../nbs/04_divide_and_denoise.ipynb #f3573f7d
 def _composed(experts:Sequence[Expert], n:int, seed, num_steps:int, combine:Callable, desc:str)->Tensor:
-    res = experts[0].unet.config.sample_size
     s = ddim_scheduler(experts, num_steps)
-    x_T = initial_noise(n, (3, res, res), seed, experts[0].device)
+    x_T = initial_noise(n, experts[0].sample_shape, seed, experts[0].device)
     with torch.no_grad():
         return ddim_loop(lambda x, t, i: (x, combine([e.eps(x, t) for e in experts])), x_T, s, desc=desc)
 
@@ -747,8 +774,7 @@ def sample_multidiffusion_fixed(experts:Sequence[Expert], n:int, seed=0, num_ste
                                 mask_blur:float=0.0,     # hard masks, as MultiDiffusion's region masks
                                )->Tensor:
     "MultiDiffusion with fixed, user-given regions (no division, no guidance)."
-    res = experts[0].unet.config.sample_size
-    A = fixed_layout(len(experts), res, layout)
+    A = fixed_layout(len(experts), check_pixel_experts(experts)[1], layout)
     return DivideAndDenoiseSampler(experts, num_steps, guidance_scale=0, mask_blur=mask_blur, fixed_allocation=A).sample(n, seed)
 
 def sample_argmax_allocation(experts:Sequence[Expert], n:int, seed=0, num_steps:int=20, return_trace:bool=False, **kw):
@@ -1032,3 +1058,25 @@ def paired_bootstrap(diff:np.ndarray,        # (P,) per-prompt score differences
     rng = np.random.default_rng(seed)
     boots = [stat([i[rng.integers(0, len(i), len(i))] for i in idx]) for _ in range(n_boot)]
     return stat(idx), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+# %% ../nbs/04_divide_and_denoise.ipynb #c85049a5
+def expert_quality(expert:Expert,        # a single-concept expert
+                   ev:MiniGenEval,       # a fitted checker
+                   n:int,                # images per seed
+                   seeds:Sequence[int],  # seeds of the check (keep them apart from the claims' seeds)
+                   num_steps:int=20,     # DDIM steps
+                  )->dict:               # {"single_object": accuracy, "colors": accuracy or None, "min": the lower one}
+    "How well one expert draws its own concept alone: MiniGenEval's `single_object` (and `colors` for a coloured concept)."
+    x = sample_single(expert, n, list(seeds), num_steps).float().cpu()
+    dets, c = ev.detect_batch(x), expert.concept
+    acc = {t: float(np.mean([ev.evaluate(d, task_spec(t, [c]))[0] for d in dets])) if (t == "single_object" or c.color) else None
+           for t in ("single_object", "colors")}
+    return acc | {"min": min(v for v in acc.values() if v is not None)}
+
+def per_seed_scores(ok:np.ndarray,       # (n_seeds * n,) 1 where an image is correct
+                    n_seeds:int,         # seeds, in the order the images were drawn
+                   )->np.ndarray:        # (n_seeds,) fraction correct per seed
+    "Split a batch drawn seed after seed into per-seed accuracies (the paired units of the claims)."
+    ok = np.asarray(ok, float)
+    if len(ok) % n_seeds: raise ValueError(f"{len(ok)} images do not split into {n_seeds} seeds")
+    return ok.reshape(n_seeds, -1).mean(1)

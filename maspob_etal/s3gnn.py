@@ -32,14 +32,14 @@ from .core import progress, seed_everything
 from .claims import Claim
 
 # %% auto #0
-__all__ = ['GRAPH_FAMILIES', 'TASKS', 'MODEL_NAMES', 'normalized_laplacian', 'low_eigenpairs', 'low_eigenpairs_sparse',
-           'SpectralTransform', 'add_spectral', 'gaussian_basis', 'tukey_window', 'GaussianWindowFilter',
-           'node_positions', 'to_padded', 'spectral_project', 'spectral_lift', 'sparse_matrix', 'GraphOps', 'graph_ops',
-           'cheb_response', 'cheb_propagate', 'ChebComplement', 'StableLinear', 'GLU', 'S3Layer', 'Readout', 'S3GNN',
-           'S2GNNBaseline', 'ADGNBaseline', 'GCNBaseline', 'count_params', 'hop_distances', 'jacobian_sensitivity',
-           'random_graph', 'all_pairs_hops', 'make_graph_property_dataset', 'make_ring_transfer', 'load_graph_dataset',
-           'make_batches', 'evaluate', 'train_eval', 'make_model', 'width_for_budget', 'run_parallel',
-           'graphproperty_claims']
+__all__ = ['GRAPH_FAMILIES', 'TASKS', 'MODEL_NAMES', 'ODE_MODELS', 'normalized_laplacian', 'low_eigenpairs',
+           'low_eigenpairs_sparse', 'SpectralTransform', 'add_spectral', 'gaussian_basis', 'tukey_window',
+           'GaussianWindowFilter', 'node_positions', 'to_padded', 'spectral_project', 'spectral_lift', 'sparse_matrix',
+           'GraphOps', 'graph_ops', 'cheb_response', 'cheb_propagate', 'ChebComplement', 'StableLinear', 'GLU',
+           'S3Layer', 'Readout', 'S3GNN', 'S2GNNBaseline', 'ADGNBaseline', 'GCNBaseline', 'count_params',
+           'hop_distances', 'jacobian_sensitivity', 'random_graph', 'all_pairs_hops', 'make_graph_property_dataset',
+           'make_ring_transfer', 'load_graph_dataset', 'make_batches', 'evaluate', 'train_eval', 'make_model',
+           'width_for_budget', 'match_width', 'tuning_grid', 'run_parallel', 'far_field']
 
 # %% ../nbs/08_s3gnn.ipynb #cddccd82
 def _check_square(A:Tensor, name:str="A"):
@@ -435,6 +435,10 @@ def forward(self:S3Layer, H:Tensor,     # (N, d) node states
             ops:GraphOps,               # batch operators from `graph_ops`
            )->Tensor:                   # (N, d) next node states
     "Apply the layer to node states `H` given the batch operators `ops`."
+    if not isinstance(ops, GraphOps):
+        raise TypeError(f"S3Layer takes (H, ops) with ops = graph_ops(batch), not {type(ops).__name__}: an S3 layer needs the "
+                        "batch's eigenpairs and Laplacian, so build them once per batch (SpectralTransform on the data, then "
+                        "ops = graph_ops(batch)), or use S3GNN, which takes a PyG batch directly")
     if H.dim() != 2 or H.shape[-1] != self.d:
         raise ValueError(f"S3Layer expects node features of shape (N, {self.d}), got {tuple(H.shape)}")
     Z = self.f(H)                                                              # (N, d)
@@ -761,6 +765,7 @@ def train_eval(model:nn.Module,              # any model mapping a PyG batch to 
 
 # %% ../nbs/08_s3gnn.ipynb #2552a0df
 MODEL_NAMES = ("S3GNN", "S2GNN", "A-DGN", "GCN", "S3GNN no complement", "S3GNN no global")
+ODE_MODELS = ("S3GNN", "A-DGN", "S3GNN no complement", "S3GNN no global")   # the models with an Euler step eps
 
 def make_model(name:str,             # one of MODEL_NAMES
                d_in:int,             # input node features
@@ -770,7 +775,7 @@ def make_model(name:str,             # one of MODEL_NAMES
                n_layers:int=20,      # depth
                n_gauss:int=16,       # Gaussians of the spectral filter (spectral models)
                lam_cut:float=0.7,    # top of the kept band (spectral models)
-               eps:float=0.1,        # Euler step (ODE models: the S3GNN variants and A-DGN)
+               eps:float=0.1,        # Euler step (ODE models: the S3GNN variants and A-DGN); ignored by the others
                seed:int=0,           # initialisation seed
                **layer_kw,           # further `S3Layer` options for the S3GNN variants
               )->nn.Module:
@@ -795,6 +800,29 @@ def width_for_budget(build:Callable[[int], nn.Module], # width -> model
         if count_params(build(d)) <= max_params: return d
     raise ValueError(f"no width >= {step} fits a budget of {max_params:.0f} parameters")
 
+def match_width(build:Callable[[int], nn.Module], # width -> model
+                target:int,                       # parameter count to match
+                d_max:int,                        # widest width tried
+                step:int=2,                       # widths are multiples of this
+                tol:float=0.1,                    # allowed relative difference |P(d) - target| / target
+               )->int:                            # the width whose parameter count is closest to `target`
+    "Width (a multiple of `step`) whose model's parameter count is closest to `target`; it must be within `tol`."
+    if target < 1: raise ValueError(f"target must be a positive parameter count, got {target}")
+    best = min(range(step, d_max + 1, step), key=lambda d: abs(count_params(build(d)) - target))
+    p = count_params(build(best))
+    if abs(p - target) > tol*target:
+        raise ValueError(f"no width up to {d_max} comes within {tol:.0%} of {target} parameters (closest: d={best}, {p})")
+    return best
+
+def tuning_grid(name:str,                  # model name
+                lrs:Sequence[float],       # learning rates tried for every model
+                eps_values:Sequence[float],# Euler steps tried for the ODE models
+               )->list[tuple[float, float|None]]: # (lr, eps) pairs; eps is None for models without one
+    "The (learning rate, Euler step) configurations a model is tuned over: its own knobs, each on the same values."
+    _choice("model name", name, MODEL_NAMES)
+    if not lrs or (name in ODE_MODELS and not eps_values): raise ValueError("give at least one learning rate (and one eps for ODE models)")
+    return [(float(lr), float(e) if name in ODE_MODELS else None) for lr in lrs for e in (eps_values if name in ODE_MODELS else (None,))]
+
 def run_parallel(fns:Sequence[Callable[[], dict]], # zero-argument jobs (e.g. closures calling train_eval)
                  n_workers:int=1,                  # threads; 1 runs them one after another
                  desc:str|None=None,               # progress-bar label
@@ -807,24 +835,13 @@ def run_parallel(fns:Sequence[Callable[[], dict]], # zero-argument jobs (e.g. cl
         return [f.result() for f in progress(futs, desc=desc)]
 
 # %% ../nbs/08_s3gnn.ipynb #6b287029
-def graphproperty_claims(test:dict,                  # {(task, model): mean test log10 MSE}
-                         n_params:dict,              # {model: parameter count}
-                         n_seeds:int,                # seeds behind each mean
-                         baselines:Sequence[str]=("GCN", "A-DGN", "S2GNN"),
-                         max_ratio:float=0.6,        # C3: S3GNN may use at most this fraction of S2GNN's parameters
-                        )->list[Claim]:              # C2 and C3
-    "C2 (S3GNN beats every baseline on every task) and C3 (matches the S2GNN-style model with <= 60% of its parameters)."
-    c2 = "S3GNN has lower mean test log10-MSE than GCN, A-DGN and the S2GNN-style model on diameter, eccentricity and SSSP"
-    c3 = f"S3GNN (no GCN branch) has test log10-MSE no worse than the S2GNN-style model on all three tasks with <= {max_ratio:.0%} of its parameters"
-    if not all((t, m) in test for t in TASKS for m in ("S3GNN", *baselines)):
-        return [Claim("C2", c2, "test log10 MSE", run=False), Claim("C3", c3, "test log10 MSE", run=False)]
-    best = {t: min(baselines, key=lambda b: test[t, b]) for t in TASKS}
-    s3, ratio = {t: test[t, "S3GNN"] for t in TASKS}, n_params["S3GNN"]/n_params["S2GNN"]
-    return [Claim("C2", c2, "test log10 MSE, S3GNN vs best baseline per task, mean over tasks", ours=np.mean(list(s3.values())),
-                  baseline=np.mean([test[t, best[t]] for t in TASKS]), higher_is_better=False, n_seeds=n_seeds,
-                  holds=all(s3[t] < test[t, best[t]] for t in TASKS),
-                  note="; ".join(f"{t}: S3GNN {s3[t]:.3f} vs {best[t]} {test[t, best[t]]:.3f}" for t in TASKS)),
-            Claim("C3", c3, "test log10 MSE, S3GNN vs S2GNN-style, mean over tasks", ours=np.mean(list(s3.values())),
-                  baseline=np.mean([test[t, "S2GNN"] for t in TASKS]), higher_is_better=False, n_seeds=n_seeds,
-                  holds=bool(ratio <= max_ratio and all(s3[t] <= test[t, "S2GNN"] for t in TASKS)),
-                  note=f"parameter ratio {ratio:.2f}; " + "; ".join(f"{t}: {s3[t]:.3f} vs {test[t, 'S2GNN']:.3f}" for t in TASKS))]
+def far_field(sens:dict[int, float], # {hop r: S(u, r)} from `jacobian_sensitivity`
+              L:int,                 # hops inside the receptive field of an L-layer message-passing network
+              floor:float=-30.,      # value returned when every sensitivity beyond L hops is 0
+             )->float:               # log10 of mean_{r > L} S(u, r) / S(u, 0)
+    "$\\log_{10}$ of the mean sensitivity beyond `L` hops relative to the self-sensitivity $S(u, 0)$."
+    far = [v for r, v in sens.items() if r > L]
+    if not far: raise ValueError(f"no node is more than L={L} hops away: use a longer graph")
+    if not sens.get(0, 0) > 0: raise ValueError("the self-sensitivity S(u, 0) must be positive")
+    m = float(np.mean(far))/sens[0]
+    return math.log10(m) if m > 0 else floor

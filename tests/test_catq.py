@@ -1,5 +1,5 @@
 "Tests of maspob_etal.catq (CAT-Q ternary post-training quantization): known values, limits, exactness, end to end."
-import copy, math
+import copy, math, pathlib, sys
 
 import pytest
 import torch
@@ -7,9 +7,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
-from maspob_etal.catq import (CatQLinear, TernaryLinear, calibrate, check_group_size, corpus, decoder_layers, dequantize,
-                              export_model, group_stats, hard_ternary, memory_report, modulate, modulation, pack_ternary,
-                              perplexity, pydoc_text, read_text, rtn_codes, rtn_quantize_, rtn_ternary, sharpness,
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _threads import assert_thread_independent
+
+from maspob_etal.catq import (CatQLinear, TernaryLinear, calibrate, capture_inputs, check_group_size, corpus, decoder_layers,
+                              dequantize, export_model, gptq_quantize_, gptq_ternary, group_stats, hard_ternary, memory_report,
+                              modulate, modulation, mse_codes, mse_quantize_, mse_ternary_params, pack_ternary, perplexity,
+                              pydoc_text, read_text, rtn_codes, rtn_quantize_, rtn_ternary, sequence_nll, sharpness,
                               soft_ternary, ste_ternary, token_windows, unpack_ternary, window_starts, wrap_linears)
 
 
@@ -198,7 +202,7 @@ def test_bad_inputs_raise_clear_errors():
     q = CatQLinear(nn.Linear(8, 2), group_size=8); q.mode = "int4"
     with pytest.raises(ValueError, match="mode must be"): q(torch.zeros(1, 8))
     model, ids = tiny_llama(), tiny_ids()
-    for calib_ids, kw, msg in [(ids.float(), {}, "2-D long tensor"), (ids[0], {}, "2-D long tensor"),
+    for calib_ids, kw, msg in [(ids.int(), {}, "2-D long tensor"), (ids[0], {}, "2-D long tensor"),
                                (ids, dict(layers=[0, 5]), "consecutive indices"), (ids, dict(layers=[]), "consecutive indices"),
                                (ids, dict(window=2, stride=3), r"stride \(3\) must be <= window"),
                                (ids, dict(loss="l1"), "loss must be"), (ids, dict(epochs=0), "epochs must be an integer"),
@@ -327,3 +331,152 @@ def test_capture_inputs_any_batch_size(bs):
     assert X.shape == ref.shape
     torch.testing.assert_close(X, ref)
     assert "cache" not in kw and "past_key_values" not in kw
+
+
+# --- known values on groups with a non-zero mean (the centring, its sign and the modulation) ----------------------
+
+W_NZ = [0.5, 1.5, 2.0, -1.0, 3.0]        # mean 1.2, centred absmean (0.7 + 0.3 + 0.8 + 2.2 + 1.8) / 5 = 1.16
+
+def nz_layer():
+    "One group of 5 with a non-zero mean, and factors a = m = ln 3, d = -ln 3: delta_alpha = 1.5, delta_mu = 0.5, delta_Delta = 0.5."
+    lin = nn.Linear(5, 1, bias=False); lin.weight.data = torch.tensor([W_NZ], dtype=torch.float64)
+    q = CatQLinear(lin, group_size=5)
+    with torch.no_grad(): q.a.fill_(math.log(3)); q.m.fill_(math.log(3)); q.d.fill_(-math.log(3))
+    return q
+
+def test_group_stats_nonzero_mean():
+    mu0, alpha0 = group_stats(torch.tensor([W_NZ]), 5)
+    assert mu0.item() == pytest.approx(1.2, abs=1e-6) and alpha0.item() == pytest.approx(1.16 + 1e-6, abs=1e-6)
+    w_hat = (torch.tensor([W_NZ]) - mu0)/alpha0                  # at the priors, Delta = 0.5
+    assert hard_ternary(w_hat, 0.5).tolist() == [[-1., 0., 1., -1., 1.]]   # (w - 1.2) / 1.16 = -0.62, 0.26, 0.69, -1.90, 1.55
+
+def test_catq_weight_known_values_nonzero_mean():
+    q = nz_layer()
+    d_alpha, d_mu, d_delta = (float(v.detach()) for v in modulation(q.a, q.m, q.d))
+    assert (d_alpha, d_mu, d_delta) == pytest.approx((1.5, 0.5, 0.5), abs=1e-12)
+    mu, alpha, delta = 1.2 + 0.5*1.160001, 1.5*1.160001, 0.25                         # Eq. 4 by hand
+    w_hat = [(w - mu)/alpha for w in W_NZ]                                           # -0.736, -0.161, 0.126, -1.598, 0.701
+    w_hat_q, mu_q, alpha_q, delta_q = q.quant_params(q.weight)
+    torch.testing.assert_close(w_hat_q.flatten(), torch.tensor(w_hat, dtype=torch.float64), atol=1e-9, rtol=0)
+    assert (mu_q.item(), alpha_q.item(), delta_q.item()) == pytest.approx((mu, alpha, delta), abs=1e-9)
+    q.set_progress(1.0)                                                              # hard: Q at Delta = 0.25
+    torch.testing.assert_close(q.quant_weight().detach()[0], torch.tensor([-alpha, 0., 0., -alpha, alpha], dtype=torch.float64), atol=1e-9, rtol=0)
+    codes, scales = q.export()
+    assert codes.tolist() == [[-1, 0, 0, -1, 1]] and scales.item() == pytest.approx(alpha, abs=1e-9)
+    q.set_progress(0.08)                                                             # soft: s = 0.08 / 0.8 * 30 = 3
+    f = [(math.tanh(3*(x - delta)) + math.tanh(3*(x + delta)))/(2*math.tanh(3)) for x in w_hat]
+    torch.testing.assert_close(q.quant_weight().detach()[0], torch.tensor([alpha*v for v in f], dtype=torch.float64), atol=1e-9, rtol=0)
+    x = torch.tensor([[1.0, -2.0, 0.5, 3.0, -1.0]], dtype=torch.float64)              # the layer's forward uses that weight
+    assert q(x).item() == pytest.approx(sum(a*b for a, b in zip(x[0].tolist(), [alpha*v for v in f])), abs=1e-9)
+
+
+# --- the stronger post-training baselines ---------------------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), shift=st.floats(-1, 1))
+def test_mse_codes_are_the_best_ternary_fit(seed, shift):
+    import itertools
+    w = torch.randn(6, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) + shift
+    best = min((w - (c @ w)/(c @ c)*c).square().sum().item()
+               for c in (torch.tensor(x, dtype=torch.float64) for x in itertools.product((-1, 0, 1), repeat=6)) if c.abs().sum() > 0)
+    codes, alpha = mse_codes(w[None], 6)
+    assert (w - alpha[0]*codes[0].double()).square().sum().item() == pytest.approx(best, abs=1e-10)
+
+def test_mse_codes_known_value():
+    codes, alpha = mse_codes(torch.tensor([[0.9, -0.2, 1.4, 0.1, -1.1, 2.0, 0.3, -0.3]]), 4)
+    # group 1: |w| sorted 1.4, 0.9, 0.2, 0.1 -> c^2/k = 1.96, 2.645, 2.083, 1.69 -> keep 2, alpha 1.15
+    # group 2: 2.0, 1.1, 0.3, 0.3 -> 4.0, 4.805, 3.853, 3.423 -> keep 2, alpha 1.55
+    assert codes.tolist() == [[1, 0, 1, 0, -1, 1, 0, 0]]
+    torch.testing.assert_close(alpha, torch.tensor([[1.15, 1.55]]))
+
+def _obs_reference(W, H, group_size, damp=0.01):
+    "GPTQ's update written the long way: after each rounded column, the OBS step with an explicit inverse of the remaining Hessian."
+    W, H = W.double().clone(), H.double().clone(); n = W.shape[1]
+    H += damp*torch.diag(H).mean()*torch.eye(n, dtype=H.dtype)
+    codes, scales = torch.zeros_like(W), torch.zeros(W.shape[0], n//group_size, dtype=W.dtype)
+    for i in range(n):
+        Hinv = torch.linalg.inv(H[i:, i:])
+        if i % group_size == 0:
+            alpha, t = mse_ternary_params(W[:, i:i + group_size]); scales[:, i//group_size] = alpha
+        codes[:, i] = torch.where(W[:, i].abs() >= t, torch.sign(W[:, i]), torch.zeros_like(t))
+        W[:, i:] -= ((W[:, i] - alpha*codes[:, i])/Hinv[0, 0])[:, None]*Hinv[0][None, :]
+    return codes, scales
+
+@pytest.mark.parametrize("block", [8, 16])
+def test_gptq_ternary_matches_the_obs_loop(block):
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(300, 16, dtype=torch.float64, generator=g) @ (torch.eye(16, dtype=torch.float64) + 0.4*torch.randn(16, 16, dtype=torch.float64, generator=g))
+    W = torch.randn(6, 16, dtype=torch.float64, generator=g) + 0.3
+    codes, scales = gptq_ternary(W, X.T @ X, 4, block=block)
+    ref_c, ref_s = _obs_reference(W, X.T @ X, 4)
+    assert torch.equal(codes.double(), ref_c)
+    torch.testing.assert_close(scales, ref_s, atol=1e-10, rtol=0)
+
+def test_gptq_lowers_output_error_and_handles_dead_inputs():
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(800, 64, generator=g) @ (torch.eye(64) + 0.3*torch.randn(64, 64, generator=g))
+    X[:, 5] = 0                                                                      # an input that is never active
+    W = torch.randn(16, 64, generator=g)
+    err = lambda c, s: (X @ (W - dequantize(c, s, 16)).T).square().sum()
+    c, s = gptq_ternary(W, X.T @ X, 16)
+    assert err(c, s) < err(*mse_codes(W, 16)) < err(*rtn_codes(W, 16))
+    assert c[:, 5].abs().sum() == 0 and torch.isfinite(s).all()
+
+def test_sequence_nll_prefix_and_perplexity():
+    model, ids = tiny_llama(n_layers=3), tiny_ids(n=7)
+    full = sequence_nll(model, ids, 3)
+    pre = (2, *capture_inputs(model, decoder_layers(model)[2], ids, 3))
+    assert torch.equal(sequence_nll(model, ids, 3, prefix=pre), full)
+    logits = model(ids).logits                                                       # an independent NLL
+    ref = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten(), reduction="none").view(7, -1).mean(1)
+    torch.testing.assert_close(full, ref, atol=1e-6, rtol=0)
+    assert perplexity(model, ids) == pytest.approx(math.exp(ref.double().mean()), rel=1e-6)
+
+def test_gptq_and_mse_quantize_tiny_llama():
+    model, ids = tiny_llama(n_layers=3), tiny_ids()
+    assert gptq_quantize_(model, ids, [1, 2], 16, batch_size=3) == 14
+    blocks = decoder_layers(model)
+    assert not any(isinstance(m, TernaryLinear) for m in blocks[0].modules())
+    assert sum(isinstance(m, TernaryLinear) for m in blocks[1:].modules()) == 14 and torch.isfinite(model(ids).logits).all()
+    m2 = tiny_llama(n_layers=3)
+    assert mse_quantize_(decoder_layers(m2)[0], 16) == 7
+    with pytest.raises(ValueError, match="consecutive"): gptq_quantize_(tiny_llama(n_layers=3), ids, [0, 2], 16)
+
+def test_same_numbers_with_one_and_two_threads():
+    assert_thread_independent("""
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from maspob_etal.catq import calibrate, export_model, gptq_quantize_, sequence_nll
+        cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, max_position_embeddings=32)
+        ids = torch.randint(0, 64, (8, 16), generator=torch.Generator().manual_seed(0))
+        torch.manual_seed(0); model = LlamaForCausalLM(cfg).eval()
+        log = calibrate(model, ids, layers=[1], window=1, stride=1, epochs=2, batch_size=4, group_size=16, lora_rank=2, lr_factor=3e-2, show_progress=False)
+        export_model(model)
+        torch.manual_seed(0); m2 = LlamaForCausalLM(cfg).eval(); gptq_quantize_(m2, ids, [1], 16, batch_size=4)
+        result = [log["windows"][0]["loss_final"], *sequence_nll(model, ids, 4).tolist(), *sequence_nll(m2, ids, 4).tolist()]
+    """)
+
+class _FeatureNet(nn.Module):
+    "A model whose input is float features, not token ids: linear stem, two residual MLP blocks, linear head."
+    def __init__(self, d_in=12, d=32):
+        super().__init__()
+        self.stem = nn.Linear(d_in, d)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d)) for _ in range(2))
+        self.head = nn.Linear(d, 3)
+    def forward(self, x):
+        h = self.stem(x)
+        for b in self.blocks: h = h + b(h)
+        return self.head(h)
+
+def test_model_whose_input_is_not_tokens():
+    torch.manual_seed(0)
+    model = _FeatureNet()
+    x = torch.randn(24, 5, 12, generator=torch.Generator().manual_seed(1))
+    y_fp = model(x).detach()
+    log = calibrate(model, x, blocks=model.blocks, window=1, stride=1, epochs=15, batch_size=8, group_size=16,
+                    lr_factor=3e-2, show_progress=False)
+    assert all(w["loss_final"] < w["loss_init"] for w in log["windows"])           # reconstruction improved every window
+    assert export_model(model) == 4 and torch.isfinite(model(x)).all()               # 4 linears in the blocks became ternary
+    assert (model(x) - y_fp).abs().mean() < y_fp.abs().mean()                        # and the output stays close
+    with pytest.raises(ValueError, match="float input"): calibrate(_FeatureNet(), x[0, 0], blocks=model.blocks, show_progress=False)

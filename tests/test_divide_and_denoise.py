@@ -1,17 +1,23 @@
 "Tests of `maspob_etal.divide_and_denoise` (method card 04 §6 and issue 5); CPU only, tiny untrained UNets where no training is needed."
+import pathlib, sys
+
 import numpy as np
 import pytest
 import torch
 from diffusers import DDIMPipeline, DDPMScheduler
+from hypothesis import given, settings, strategies as st
 
 from maspob_etal.divide_and_denoise import (
     Concept, Detection, DivideAndDenoiseSampler, Expert, MiniGenEval, allocation_masks, allocation_values, alignment_energy,
-    alignment_step, check_against_lp, check_utilities, evaluate_detections, expert_utilities, fair_share_violation_rate,
+    alignment_step, check_against_lp, check_utilities, composite_eps, evaluate_detections, expert_utilities, fair_share_violation_rate,
     fixed_layout, initial_noise, is_allocation, is_envy_free, is_proportional, load_expert, make_expert_unet, predict_x0,
     random_objects, relative_position, render_scene, sample_argmax_allocation, sample_average, sample_composable,
     sample_multidiffusion_fixed, sample_single, saliency_utility, save_expert, shape_coverage, solve_fair_division,
     solve_fair_division_entropic, solve_fair_division_lp, task_spec, train_expert)
 
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _threads import assert_thread_independent
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: see conftest
 
@@ -307,3 +313,94 @@ def test_geneval_clause_semantics():
     assert relative_position((0, 0, 2, 2), (0.3, 0, 2.3, 2)) == set()               # within 0.1 x (sizes): too close to call
     assert relative_position((0, 0, 2, 2), (1, 0, 3, 2)) == {"left of"}
     assert relative_position((0, 10, 2, 12), (0, 0, 2, 2)) == {"below"}
+
+
+# ---------------------------------------------------------------- issue 15: latent UNets, training further, helpers
+
+def test_latent_unet_is_refused_with_the_reason_and_sampled_alone():
+    from diffusers import UNet2DModel
+    torch.manual_seed(0)
+    lat = UNet2DModel(sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16), layers_per_block=1,
+                      down_block_types=("DownBlock2D",)*2, up_block_types=("UpBlock2D",)*2, norm_num_groups=8)
+    a, b = (Expert(lat.eval().requires_grad_(False), DDPMScheduler(prediction_type="epsilon"), Concept("circle")) for _ in range(2))
+    assert a.sample_shape == (4, 8, 8)
+    assert sample_single(a, 2, 0, 3).shape == (2, 4, 8, 8)                         # any diffusers UNet samples alone
+    assert sample_average([a, b], 2, 0, 3).shape == (2, 4, 8, 8)                   # averaging needs no utility
+    for f in (lambda: DivideAndDenoiseSampler([a, b]), lambda: sample_multidiffusion_fixed([a, b], 2, 0, 3),
+              lambda: sample_argmax_allocation([a, b], 2, 0, 3)):
+        with pytest.raises(ValueError, match="pixel-space RGB experts.*4-channel.*VAE"): f()
+
+def test_experts_must_share_one_sample_space(experts):
+    big = _tiny(3)
+    big16 = Expert(make_expert_unet(16, (8, 16)).eval(), DDPMScheduler(prediction_type="sample"))
+    with pytest.raises(ValueError, match="one shared sample space"): DivideAndDenoiseSampler([experts[0], big16])
+    assert DivideAndDenoiseSampler([experts[0], big], num_steps=2).sample(1, 0).shape == (1, 3, 8, 8)
+
+def test_train_expert_further_continues_the_same_network():
+    c = Concept("circle", "red")
+    e = train_expert(c, 8, steps=3, batch=4, channels=(8, 16), n_train=8)
+    w0 = {k: v.clone() for k, v in e.unet.state_dict().items()}
+    e2 = train_expert(c, 8, steps=2, batch=4, channels=(8, 16), n_train=8, seed=5, init=e)
+    assert e2.unet is e.unet and e2.info["steps"] == 5 and not e2.unet.training
+    assert any(not torch.equal(w0[k], v) for k, v in e2.unet.state_dict().items())
+    fresh = train_expert(c, 8, steps=3, batch=4, channels=(8, 16), n_train=8)
+    assert all(torch.equal(w0[k], v) for k, v in fresh.unet.state_dict().items())    # same seed, same first round
+    with pytest.raises(ValueError, match="init draws"): train_expert(Concept("square", "blue"), 8, steps=1, batch=2, init=e)
+
+def test_per_seed_scores_and_expert_quality():
+    from maspob_etal.divide_and_denoise import per_seed_scores, expert_quality
+    assert per_seed_scores([1, 0, 1, 1, 0, 0], 3).tolist() == [0.5, 1.0, 0.0]
+    with pytest.raises(ValueError, match="do not split"): per_seed_scores([1, 0, 1], 2)
+    class Always:                                                                     # a checker that sees what the image holds
+        def detect_batch(self, x): return [[Detection("circle", "red", (0, 0, 3, 3), 0.9, 0.9, 9)] if im.mean() > -2 else [] for im in x]
+        def evaluate(self, d, spec): return evaluate_detections(d, spec)
+    q = expert_quality(_tiny(0, concept=Concept("circle", "red")), Always(), 2, [100, 101], 2)
+    assert q == {"single_object": 1.0, "colors": 1.0, "min": 1.0}
+
+# ---------------------------------------------------------------- known values of the formulas
+
+def test_formulas_known_values():
+    x, eps = torch.tensor([0.5, -1.0]), torch.tensor([0.2, 0.4])
+    torch.testing.assert_close(predict_x0(x, eps, 0.64), (x - 0.6*eps)/0.8)           # (x - sqrt(1 - ab) eps) / sqrt(ab)
+    A = torch.tensor([[0.7, 0.3, 0.0], [0.3, 0.7, 1.0]]); U = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.2, 0.7]])
+    torch.testing.assert_close(allocation_values(A, U), torch.tensor([0.35 + 0.09, 0.03 + 0.14 + 0.7], dtype=torch.float64))
+    assert float(alignment_energy(A[None].double(), U[None].double())) == pytest.approx((1 - 0.44) + (1 - 0.87))
+    e = torch.stack([torch.tensor([[[1.0, 2.0]]]), torch.tensor([[[-3.0, 5.0]]])])[None]      # (B=1, K=2, C=1, H=1, W=2)
+    M = torch.tensor([[[[0.25, 1.0]], [[0.75, 0.0]]]])                                        # (1, 2, 1, 2)
+    torch.testing.assert_close(composite_eps(e, M), torch.tensor([[[[0.25*1 + 0.75*-3, 2.0]]]]))
+
+def test_alignment_step_scale_and_sign():
+    toy = [lambda x, t: 0.3*x + 0.1, lambda x, t: -0.5*x + 0.2]
+    A = torch.tensor([[[0.8, 0.2], [0.2, 0.8]]], dtype=torch.float64)
+    x = torch.tensor([[[[0.3, -0.4]]]], dtype=torch.float64)
+    xr = x.clone().requires_grad_(True)
+    g, = torch.autograd.grad(alignment_energy(A, expert_utilities(toy, xr, 10, 0.7, blur_sigma=0)[1]).sum(), xr)
+    x1, E0 = alignment_step(toy, x, 10, 0.7, A, gamma=0.05, blur_sigma=0)
+    torch.testing.assert_close(x1, x - 0.05*(0.3**0.5)*g/g.pow(2).mean().sqrt())       # x - gamma sqrt(1 - ab) g / rms(g)
+    assert float(alignment_energy(A, expert_utilities(toy, x1, 10, 0.7, blur_sigma=0)[1])) < float(E0)
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), K=st.integers(2, 4), conc=st.floats(0.5, 6.0))
+def test_fair_share_holds_by_construction(seed, K, conc):
+    "Formerly claim C1: whatever the utilities, the batched solver's allocation is proportional (its repair step enforces it)."
+    rng = np.random.default_rng(seed)
+    U = rng.exponential(1.0, (3, K, 64))**conc                                        # up to very concentrated utilities
+    A, _, _ = solve_fair_division(torch.tensor(U), solver="entropic")
+    assert is_allocation(A, atol=1e-9) and is_proportional(A, torch.tensor(U), tol=1e-9)
+
+def test_same_numbers_with_one_and_two_threads():
+    """The notebook pins one CPU thread: unpinned, the UNet's convolutions split differently over two threads and a
+    composed sample moves in its last bits. Pinned as the notebook does, a 1- and a 2-thread process agree bit for bit."""
+    assert_thread_independent("""
+        import torch
+        from diffusers import DDPMScheduler
+        from maspob_etal.core import cpu_threads
+        from maspob_etal.divide_and_denoise import Concept, DivideAndDenoiseSampler, Expert, make_expert_unet
+        with cpu_threads(1):
+            exs = []
+            for s in (0, 1):
+                torch.manual_seed(s)
+                exs.append(Expert(make_expert_unet(8, (8, 16)).eval().requires_grad_(False), DDPMScheduler(prediction_type="sample"), Concept()))
+            x, tr = DivideAndDenoiseSampler(exs, num_steps=3, guidance_scale=0.1).sample(1, [0, 1], return_trace=True)
+            result = x.flatten().tolist() + tr["A"][-1].flatten().tolist()
+    """)
