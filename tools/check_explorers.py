@@ -40,8 +40,11 @@ def free_port()->int:
 
 def check(page, name:str, timeout_s:int=600)->dict:
     "Run the scratch notebook in the open Lab page; move the first knob; time the redraw."
-    page.goto(f"{page.base}/lab/tree/{name}")
-    page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=120_000)
+    ws = "w" + "".join(ch for ch in name if ch.isalnum())      # a fresh workspace per notebook: no tab restored from the last one
+    page.goto(f"{page.base}/lab/workspaces/{ws}/tree/{name}?reset")
+    page.wait_for_function("(n) => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget; "
+                           "return w && w.context && w.context.path === n && document.querySelector('.jp-Notebook'); }",
+                           arg=name, timeout=120_000)
     page.evaluate("async () => { await window.jupyterapp.shell.currentWidget.sessionContext.ready; "
                   "window.jupyterapp.commands.execute('notebook:run-all-cells'); return true; }")
     t0 = time.time()
