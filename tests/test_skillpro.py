@@ -139,7 +139,7 @@ from maspob_etal.skillpro import *
 env, pol = HigherLower(32, 8), SimLLM()
 pool = SkillPool()
 evo = SkillEvolution(SimCritic(seed=1), lambda s, S, a: pol.logprob(S, s, a), truth_fn=skill_value(env, pol, n=200), seed=1)
-out = run_skill_mdp(env, pol, pool, evo, iters=6, episodes_per_iter=5, seed=1, eval_fn=lambda p: exact_return(env, pol, p, n=300),
+out = run_skill_mdp(env, pol, pool, evo, iters=5, episodes_per_iter=5, seed=1, eval_fn=lambda p: exact_return(env, pol, p, n=200),
                     embed_fn=lambda ts: np.array([[len(t) % 5 == k for k in range(5)] for t in ts], float) + 1e-3)
 result = [r["exact"] for r in out["history"]] + [l["J"] for r in out["history"] for l in r["evolution"]]
 """)
@@ -158,6 +158,13 @@ def test_evolution_gate_decisions():
         parent = next(s for s in pool.skills if s.name == l["parent"])
         if l["accepted"]: assert parent.buffer == [] and parent.last_evolved_iter == 5
         else: assert len(parent.buffer) == 3
+    strict = SkillEvolution(SimCritic(seed=2), lambda s, S, a: POL.logprob(S, s, a), margin=1e9, seed=2)   # rejects everything
+    pool2 = SkillPool(); _, _, _, eps2 = play(ENV, POL, pool2, make_streams(ENV, 40, 2), eps=0.3, record=True)
+    logs2 = strict.step(pool2, eps2, 0.3, t=5)
+    assert len(logs2) == 2 and not any(l["accepted"] for l in logs2) and len(pool2) == 6
+    for l in logs2:                                          # a rejected parent keeps its newest threshold // 2 episodes
+        parent = next(s for s in pool2.skills if s.name == l["parent"])
+        assert len(parent.buffer) == 3 and parent.buffer[-1] is [e for e in eps2 if any(s is parent for s, _ in e.calls)][-1]
 
 # ---- Track B: real LLM log-probs ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
