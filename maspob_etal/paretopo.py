@@ -62,17 +62,17 @@ def hypervolume(points:np.ndarray, # objective vectors, (n, M), maximised
     return float(HV(ref_point=-ref)(-P))                      # pymoo minimises
 
 # %% ../nbs/06_paretopo.ipynb #pp019
-def nondominated_ranks(F:np.ndarray, # objective vectors, (n, M), maximised
-                      )->np.ndarray:  # front index of each point, (n,), 0 = not dominated
-    "Non-dominated sorting (maximisation): the front index of every point."
+def nondominated_ranks(F:np.ndarray, # objective vectors, (n, M), maximised; or (..., n, M) for many groups at once
+                      )->np.ndarray:  # front index of each point, (n,) or (..., n); 0 = not dominated
+    "Non-dominated sorting (maximisation): the front index of every point, for one set or a batch of sets."
     F = np.asarray(F, dtype=float)
-    if F.ndim != 2: raise ValueError(f"F must be (n, M), got shape {F.shape}")
-    ge = (F[:, None, :] >= F[None, :, :]).all(-1)
-    gt = (F[:, None, :] > F[None, :, :]).any(-1)
-    dom = ge & gt                                             # dom[i, j]: i dominates j
-    ranks, left, r = np.full(len(F), -1), np.ones(len(F), bool), 0
+    if F.ndim < 2: raise ValueError(f"F must be (n, M) or (..., n, M), got shape {F.shape}")
+    ge = (F[..., :, None, :] >= F[..., None, :, :]).all(-1)
+    gt = (F[..., :, None, :] > F[..., None, :, :]).any(-1)
+    dom = ge & gt                                             # dom[..., i, j]: i dominates j
+    ranks, left, r = np.full(F.shape[:-1], -1), np.ones(F.shape[:-1], bool), 0
     while left.any():
-        front = left & ~(dom[left].any(0))                    # not dominated by any point still unranked
+        front = left & ~(dom & left[..., :, None]).any(-2)    # not dominated by any point still unranked
         ranks[front], left, r = r, left & ~front, r + 1
     return ranks
 
@@ -180,12 +180,11 @@ def pareto_rank_scores(Rn:np.ndarray,               # normalised objectives, (G,
         if correct is None: raise ValueError("gate=True needs `correct` (one boolean per trajectory); pass gate=False to rank raw objectives")
         c = np.asarray(correct, dtype=bool).reshape(R3.shape[:2])
         R3 = np.where(c[..., None], R3, 0.0)                            # incorrect: the worst corner
-    s = np.empty(R3.shape[:2])
-    for b, F in enumerate(R3):
-        r = nondominated_ranks(F)
-        s[b] = -r
-        if eta > 0:
-            cd = crowding_distance(F, r)
+    r = nondominated_ranks(R3)                                          # (B, G), all groups at once
+    s = -r.astype(float)
+    if eta > 0:
+        for b, F in enumerate(R3):
+            cd = crowding_distance(F, r[b])
             s[b] += eta*np.where(np.isinf(cd), 1.0, cd/(1 + cd))
     return s[0] if one else s
 
@@ -582,6 +581,7 @@ def train_llm_grpo(method:str,                 # "paretopo", "static", or any of
                    k_max:int=3, max_new_tokens:int=96, w:float=0.1, switch_frac:float=0.5, gate:bool=True,
                    beta:float=0.01, n_train:int=512, seed:int=0,
                    test:list|None=None,        # problems to evaluate on after training (greedy); None: none
+                   model=None, tok=None,       # an already loaded model and tokenizer (copied, never changed); None: load `llm_path`
                   )->dict:                     # steps done, per-step curves, per-item test results
     "Train a calculator agent by GRPO with the score rule of `method`; stops at `steps` or `time_budget_s`."
     from maspob_etal.models import load_causal_lm
@@ -589,7 +589,11 @@ def train_llm_grpo(method:str,                 # "paretopo", "static", or any of
     if G < 2: raise ValueError(f"a GRPO group needs G >= 2 rollouts per problem, got G={G}")
     t0 = time.perf_counter()
     seed_everything(seed)
-    model, tok = load_causal_lm(llm_path, device=device)
+    if model is None: model, tok = load_causal_lm(llm_path, device=device)
+    else:
+        import copy
+        if tok is None: raise ValueError("pass the tokenizer `tok` together with `model`")
+        model = copy.deepcopy(model).to(device)
     if lora:
         from peft import LoraConfig, get_peft_model
         model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
