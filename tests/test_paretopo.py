@@ -61,10 +61,10 @@ def test_nds_front_properties_and_invariance():
 
 
 def test_crowding_distance_hand_case():
-    F = np.array([[0.0, 1.0], [0.2, 0.9], [0.5, 0.5], [1.0, 0.0], [0.1, 0.1]])
+    F = np.array([[0.0, 2.0], [0.2, 1.8], [0.5, 1.0], [1.5, 0.0], [0.1, 0.1]])   # spans 1.5 and 2: the normalisation matters
     cd = crowding_distance(F, nondominated_ranks(F))
     assert np.isinf(cd[[0, 3, 4]]).all()
-    np.testing.assert_allclose(cd[1:3], [0.5 + 0.5, 0.8 + 0.9])
+    np.testing.assert_allclose(cd[1:3], [(0.5 - 0.0)/1.5 + (2.0 - 1.0)/2, (1.5 - 0.2)/1.5 + (1.8 - 0.0)/2])
 
 
 # ---- scale invariance ----------------------------------------------------------------------------------------------
@@ -97,6 +97,12 @@ def test_scheduler_first_step_and_fallback_values():
     s.update([[0.9, 0.9]])
     np.testing.assert_allclose(s.update([[0.5, 0.0]]), np.array([0.2, 0.45])/0.65, atol=1e-6)
     assert s.fallbacks == 1
+    s = HVWeightScheduler(2)                                             # EMA 0.9: x_bar = 0.9 x_1 + 0.1 x_2
+    s.update([[0.2, 0.4]]); s.update([[0.6, 0.0]])
+    np.testing.assert_allclose(s.x_bar, [0.24, 0.36], atol=1e-12)
+    # accuracy at its bound: the finite-difference step is clipped at 1, so it gets no weight (unclipped: g = (0.3, 1))
+    s = HVWeightScheduler(2, w0=[0.5, 0.5], rho=1.0)
+    np.testing.assert_allclose(s.update([[1.0, 0.3]]), [0.0, 1.0], atol=1e-12)
 
 
 def test_whole_tabular_run_scale_invariant():
