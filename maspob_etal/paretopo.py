@@ -34,7 +34,7 @@ def normalize_objectives(R:np.ndarray,       # raw objective vectors, (..., M), 
     if lo.shape != hi.shape or lo.ndim != 1 or R.shape[-1:] != lo.shape:
         raise ValueError(f"lo and hi must be (M,) with M = R.shape[-1]; got R {R.shape}, lo {lo.shape}, hi {hi.shape}")
     if not (hi > lo).all(): raise ValueError(f"every bound must satisfy hi > lo (hi is the best value); got lo={lo}, hi={hi}")
-    return (R - lo)/(hi - lo)
+    return np.round((R - lo)/(hi - lo), 12)                   # rounding: a rescaled objective gives bit-identical values
 
 # %% ../nbs/06_paretopo.ipynb #pp013
 def hypervolume_2d(points:np.ndarray, # objective vectors, (n, 2), maximised
