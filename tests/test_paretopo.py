@@ -1,0 +1,264 @@
+"Property and known-value tests of maspob_etal.paretopo (method card section 6 and issue 16)."
+import itertools, pathlib, sys
+
+import numpy as np
+import pytest
+import torch
+from pymoo.indicators.hv import HV
+from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _threads import assert_thread_independent
+
+from maspob_etal.paretopo import (
+    HVWeightScheduler, METHODS, ToolCallEnv, crowding_distance, front_distance, group_advantages, hypervolume, hypervolume_2d,
+    logprob_grad, make_word_problems, method_scores, nondominated_ranks, normalize_objectives, pareto_rank_scores, parse_answer,
+    safe_eval, static_optimum, train_tabular, true_front)
+
+
+# ---- hypervolume -------------------------------------------------------------------------------------------------
+def test_hv_known_values():
+    assert hypervolume_2d([[0.3, 0.7]], [0, 0]) == pytest.approx(0.21)
+    assert hypervolume_2d([[1, 0.5], [0.5, 1]], [0, 0]) == pytest.approx(0.75)
+    assert hypervolume_2d([[1, 0.5], [0.5, 1], [0.5, 0.5], [0.1, 0.2]], [0, 0]) == pytest.approx(0.75)   # dominated: no change
+    assert hypervolume_2d([[0.5, 0.5]], [0.6, 0]) == 0.0                                                 # beyond the reference
+    # three staircase points with a non-zero reference: every strip matters
+    assert hypervolume_2d([[0.9, 0.2], [0.6, 0.5], [0.3, 0.8]], [0.1, 0.1]) == pytest.approx(0.8*0.1 + 0.5*0.3 + 0.2*0.3)
+
+
+def test_hv_matches_pymoo_on_100_random_sets():
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        P, r = rng.random((rng.integers(1, 40), 2)), rng.random(2)*0.3
+        keep = (P > r).all(1)
+        ref = HV(ref_point=-r)(-P[keep]) if keep.any() else 0.0
+        assert abs(hypervolume_2d(P, r) - ref) < 1e-12
+        if keep.any(): assert abs(hypervolume(P, r) - ref) < 1e-12
+
+
+def test_hv_3d_inclusion_exclusion():
+    P = np.array([[1, 0.5, 0.2], [0.5, 1, 0.4]])
+    assert hypervolume(P, np.zeros(3)) == pytest.approx(0.1 + 0.2 - 0.05)
+
+
+# ---- non-dominated sorting ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(5))
+def test_nds_matches_pymoo_with_ties(seed):
+    F = np.random.default_rng(seed).integers(0, 4, size=(50, 3)).astype(float)
+    np.testing.assert_array_equal(nondominated_ranks(F), NonDominatedSorting().do(-F, return_rank=True)[1])
+
+
+def test_nds_front_properties_and_invariance():
+    F = np.random.default_rng(1).integers(0, 5, size=(60, 2)).astype(float)
+    r = nondominated_ranks(F)
+    dom = lambda a, b: (a >= b).all() and (a > b).any()
+    f0 = F[r == 0]
+    assert not any(dom(a, b) for a in f0 for b in f0)                                          # front 0 mutually non-dominated
+    for k in range(1, r.max() + 1):
+        assert all(any(dom(a, b) for a in F[r == k - 1]) for b in F[r == k])                  # front k dominated by front k-1
+    G = np.c_[np.exp(F[:, 0]), 100*F[:, 1]]
+    np.testing.assert_array_equal(nondominated_ranks(G), r)
+
+
+def test_crowding_distance_hand_case():
+    F = np.array([[0.0, 2.0], [0.2, 1.8], [0.5, 1.0], [1.5, 0.0], [0.1, 0.1]])   # spans 1.5 and 2: the normalisation matters
+    cd = crowding_distance(F, nondominated_ranks(F))
+    assert np.isinf(cd[[0, 3, 4]]).all()
+    np.testing.assert_allclose(cd[1:3], [(0.5 - 0.0)/1.5 + (2.0 - 1.0)/2, (1.5 - 0.2)/1.5 + (1.8 - 0.0)/2])
+
+
+# ---- scale invariance ----------------------------------------------------------------------------------------------
+def test_rank_scores_scale_invariant_and_gate():
+    rng = np.random.default_rng(2)
+    Rn = np.stack([rng.integers(0, 2, (6, 8)), rng.integers(0, 7, (6, 8))/6], -1).astype(float)
+    corr = Rn[..., 0] == 1
+    s = pareto_rank_scores(Rn, corr)
+    np.testing.assert_array_equal(pareto_rank_scores(Rn*[3.0, 0.25], corr), s)
+    for b in range(6):
+        if corr[b].any() and (~corr[b]).any(): assert s[b][corr[b]].min() > s[b][~corr[b]].max()
+    with pytest.raises(ValueError, match="eta"): pareto_rank_scores(Rn, corr, eta=1.0)
+
+
+def test_scheduler_scale_invariant_and_on_simplex():
+    rng = np.random.default_rng(3)
+    a, b = HVWeightScheduler(2), HVWeightScheduler(2)
+    for _ in range(60):
+        X = np.c_[rng.integers(0, 2, 16), -rng.integers(0, 5, 16)].astype(float)
+        wa = a.update(normalize_objectives(X, [0, -4], [1, 0]))
+        wb = b.update(normalize_objectives(X*[1, 10], [0, -40], [1, 0]))
+        np.testing.assert_allclose(wa, wb, atol=1e-12)
+        assert (wa >= 0).all() and abs(wa.sum() - 1) < 1e-12
+
+
+def test_scheduler_first_step_and_fallback_values():
+    s = HVWeightScheduler(2)
+    np.testing.assert_allclose(s.update([[0.4, 0.1], [0.6, 0.3]]), 0.8*np.array([1, 0]) + 0.2*np.array([2, 5])/7, atol=1e-12)
+    s = HVWeightScheduler(2, rho=1.0, ema=0.5)
+    s.update([[0.9, 0.9]])
+    np.testing.assert_allclose(s.update([[0.5, 0.0]]), np.array([0.2, 0.45])/0.65, atol=1e-6)
+    assert s.fallbacks == 1
+    s = HVWeightScheduler(2)                                             # EMA 0.9: x_bar = 0.9 x_1 + 0.1 x_2
+    s.update([[0.2, 0.4]]); s.update([[0.6, 0.0]])
+    np.testing.assert_allclose(s.x_bar, [0.24, 0.36], atol=1e-12)
+    # accuracy at its bound: the finite-difference step is clipped at 1, so it gets no weight (unclipped: g = (0.3, 1))
+    s = HVWeightScheduler(2, w0=[0.5, 0.5], rho=1.0)
+    np.testing.assert_allclose(s.update([[1.0, 0.3]]), [0.0, 1.0], atol=1e-12)
+
+
+def test_whole_tabular_run_scale_invariant():
+    env = ToolCallEnv()
+    r1, r10 = train_tabular("paretopo", env, steps=150, seed=3), train_tabular("paretopo", env, steps=150, seed=3, eff_scale=10.0)
+    np.testing.assert_allclose(r1["theta"], r10["theta"], atol=1e-9)
+    s1, s10 = (train_tabular("static", env, steps=300, seed=3, w=0.1, eff_scale=c) for c in (1.0, 10.0))
+    assert abs(s1["acc"] - s10["acc"]) > 0.1                                            # the static baseline moves
+
+
+# ---- GRPO --------------------------------------------------------------------------------------------------------
+def test_group_advantages():
+    s = np.array([[1.0, 2.0, 4.0, 5.0], [3.0, 3.0, 3.0, 3.0], [0.0, 1.0, 0.0, 1.0]])
+    A = group_advantages(s)
+    np.testing.assert_allclose(A[0], np.array([-2, -1, 1, 2])/(np.sqrt(2.5) + 1e-6), atol=1e-12)
+    assert (A[1] == 0).all() and np.isfinite(A).all()
+    np.testing.assert_allclose(A[2], [-1, 1, -1, 1], atol=1e-5)
+    with pytest.raises(ValueError, match="at least 2"): group_advantages(np.ones((4, 1)))
+
+
+def test_policy_gradient_is_the_gradient_of_the_exact_objective():
+    env, w = ToolCallEnv((0.2, 0.5), (0.6, 0.5), 4), 0.12
+    th = np.random.default_rng(0).normal(0, 1, (2, 4))
+    def J(t): return float((env.call_distribution(t)*(env.P - w*np.arange(5))).sum(1).mean())
+    num = np.zeros_like(th)
+    for i, j in itertools.product(range(2), range(4)):
+        e = np.zeros_like(th); e[i, j] = 1e-6; num[i, j] = (J(th + e) - J(th - e))/2e-6
+    rng = np.random.default_rng(1); d = rng.integers(0, 2, 400_000)
+    n, c = env.rollout(th, d, rng)
+    np.testing.assert_allclose(logprob_grad(th, d, n, c - w*n), num, atol=1.5e-3)
+
+
+# ---- environment -----------------------------------------------------------------------------------------------
+def test_env_monte_carlo_and_monotone():
+    env = ToolCallEnv()
+    assert (np.diff(env.P, axis=1) > 0).all()
+    th = np.random.default_rng(4).normal(0, 1.5, (4, 6))
+    d = np.random.default_rng(5).integers(0, 4, 200_000)
+    n, c = env.rollout(th, d, np.random.default_rng(6))
+    acc, calls = env.exact_eval(th)
+    assert abs(c.mean() - acc) < 3*c.std()/np.sqrt(len(d)) and abs(n.mean() - calls) < 3*n.std()/np.sqrt(len(d))
+
+
+def test_true_front_equals_enumeration():
+    env = ToolCallEnv()
+    pts = np.array([(np.mean([env.P[d, n[d]] for d in range(4)]), np.mean(n)) for n in itertools.product(range(7), repeat=4)])
+    assert len(pts) == 2401
+    best = {}
+    for a, c in pts: best[c] = max(best.get(c, -1), a)
+    F = true_front(env)
+    for a, c in F: assert a == pytest.approx(best[min(best, key=lambda k: abs(k - c))])
+    assert (np.diff(F[:, 0]) > 0).all()                                                 # more calls never lowers the best accuracy
+    assert float((F[:, 0]*(1 - F[:, 1]/6)).max()) == pytest.approx(0.437, abs=5e-4)
+    assert front_distance(*F[3], F, 6) == pytest.approx(0, abs=1e-12)
+
+
+def test_static_optimum_analytic_and_training():
+    env = ToolCallEnv()
+    for w in (0.03, 0.1, 0.3):
+        ns = list(itertools.product(range(7), repeat=4))
+        obj = [np.mean([env.P[d, n[d]] for d in range(4)]) - w*np.mean(n) for n in ns]
+        a, c = static_optimum(env, w)
+        assert a - w*c == pytest.approx(max(obj))
+    a, c = static_optimum(env, 0.1)
+    r = train_tabular("static", env, steps=1000, seed=1, w=0.1)
+    assert 0 <= (a - 0.1*c) - (r["acc"] - 0.1*r["calls"]) < 0.03
+
+
+# ---- scores and bad input ---------------------------------------------------------------------------------------
+def test_method_scores_values():
+    cor, cl = np.array([[1, 1, 0, 0]], bool), np.array([[2, 0, 0, 3]])
+    np.testing.assert_allclose(method_scores("static", cor, cl, 6, w_static=0.1, eff_scale=2.0), [[0.6, 1.0, 0.0, -0.6]])
+    np.testing.assert_allclose(method_scores("otc", cor, cl, 6, w_static=0.1), [[0.8, 1.0, 0.0, 0.0]])
+    np.testing.assert_allclose(method_scores("acc_only", cor, cl, 6), [[1, 1, 0, 0]])
+
+
+def test_bad_input():
+    env = ToolCallEnv()
+    with pytest.raises(ValueError, match="unknown method"): train_tabular("paretoPO", env)
+    with pytest.raises(ValueError, match="simplex"): HVWeightScheduler(2, w0=[0.5, 0.6])
+    with pytest.raises(ValueError, match="simplex"): HVWeightScheduler(2, w0=[1.2, -0.2])
+    with pytest.raises(ValueError, match="G >= 2"): train_tabular("paretopo", env, G=1)
+    with pytest.raises(ValueError, match="at least 2"): group_advantages(np.array([1.0]))
+    with pytest.raises(ValueError, match="theta"): env.exact_eval(np.zeros((3, 6)))
+    with pytest.raises(ValueError, match="hi > lo"): normalize_objectives(np.zeros((2, 2)), [0, 0], [1, 0])
+    with pytest.raises(ValueError, match="policy"): train_tabular("paretopo", env, policy="rnn")
+
+
+def test_llm_tools():
+    assert safe_eval("17*23-45") == 346.0 and safe_eval("(3+4)*2") == 14.0
+    for bad in ("__import__('os').system('ls')", "2**100", "x+1", "1/0", "open('f')"):
+        with pytest.raises(ValueError): safe_eval(bad)
+    probs = make_word_problems(100, seed=1)
+    assert probs == make_word_problems(100, seed=1) and all(isinstance(p["answer"], int) for p in probs)
+    assert parse_answer("<calc>2*3</calc> Answer: 6") == 6.0 and parse_answer("six") is None
+
+
+def test_thread_independent():
+    assert_thread_independent("""
+from maspob_etal.paretopo import ToolCallEnv, train_tabular
+env = ToolCallEnv.large()
+r = train_tabular("paretopo", env, steps=40, seed=2, policy="mlp")
+t = train_tabular("paretopo", ToolCallEnv(), steps=60, seed=2)
+result = [r["acc"], r["calls"], float(r["theta"].sum()), t["hv"]]
+""")
+
+
+# ---- the LLM agent loop, on a scripted model and a tiny random one ---------------------------------------------------
+@pytest.fixture(scope="module")
+def tok():
+    from maspob_etal.models import load_tokenizer
+    try: return load_tokenizer(None)
+    except Exception as e: pytest.skip(f"SmolLM2 tokenizer not available offline: {e}")
+
+
+class _Scripted(torch.nn.Module):
+    "A stand-in LM whose `generate` replays scripted turns, to test the tool loop exactly."
+    def __init__(self, tok, turns):
+        super().__init__(); self.p = torch.nn.Parameter(torch.zeros(1)); self.tok, self.turns, self.i = tok, turns, 0
+    def generate(self, input_ids, attention_mask, **kw):
+        new = [self.tok(self.turns[self.i], add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id] for _ in range(len(input_ids))]
+        self.i += 1
+        T = max(map(len, new))
+        new = torch.tensor([n + [self.tok.pad_token_id]*(T - len(n)) for n in new])
+        return torch.cat([input_ids, new], 1)
+
+
+def test_agent_rollout_tool_loop(tok):
+    from maspob_etal.paretopo import agent_rollouts
+    m = _Scripted(tok, ["Let me compute <calc>17*23-45</calc>", "So Answer: 346"])
+    eps = agent_rollouts(m, tok, ["q1", "q2"], k_max=3, max_new_tokens=32)
+    for e in eps:
+        assert e["calls"] == 1 and e["answer"] == 346.0
+        assert "<result>346</result>" in e["text"]
+        tool = tok("\n<result>346</result>\n", add_special_tokens=False)["input_ids"]
+        assert e["mask"].count(0) == len(tool) and len(e["mask"]) == len(e["gen"])     # tool tokens masked out of the loss
+
+
+def test_grpo_loss_on_tiny_model(tok):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from maspob_etal.paretopo import grpo_loss
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256)).double()
+    eps = [dict(prompt=[1, 2, 3], gen=[4, 5, 6, 7], mask=[1, 1, 0, 1]), dict(prompt=[1, 2], gen=[8, 9], mask=[1, 1])]
+    A = np.array([1.0, -1.0])
+    loss = grpo_loss(model, eps, A, beta=0.0)
+    assert loss.item() == pytest.approx(0.0, abs=1e-6)                     # ratio 1: the surrogate's value is -mean(A) = 0
+    loss.backward()
+    g1 = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    # its gradient is that of -(1/N) sum_i A_i mean_{t in o_i} log p(t), tool tokens excluded
+    logits = model(input_ids=torch.tensor([[1, 2, 3, 4, 5, 6, 7]])).logits[0].float().log_softmax(-1)
+    lp0 = torch.stack([logits[2, 4], logits[3, 5], logits[5, 7]]).mean()
+    logits = model(input_ids=torch.tensor([[1, 2, 8, 9]])).logits[0].float().log_softmax(-1)
+    lp1 = torch.stack([logits[1, 8], logits[2, 9]]).mean()
+    (-(lp0 - lp1)/2).backward()
+    for a, b in zip(g1, (p.grad for p in model.parameters())): torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-8)
+    assert sum(float(g.abs().sum()) for g in g1) > 0
