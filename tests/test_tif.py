@@ -371,6 +371,6 @@ def test_thread_count_changes_no_number():
     assert_thread_independent("""
 from maspob_etal.core import cpu_threads
 from maspob_etal.tif import run_toy_seed
-with cpu_threads(1): r = run_toy_seed(0, variants=("TiF", "LoRA"), n_train=200, n_test=100, base_steps=15, steps=8, batch_size=16, n_long=2, long_factor=2)
-result = [r["acc"][v] for v in ("base", "TiF", "LoRA")] + [r["loss"]["TiF"], r["norms"]["TiF"][2]["zmax"]]
+with cpu_threads(1): r = run_toy_seed(0, variants=("TiF", "TiF non-dissipative"), n_train=200, n_test=100, base_steps=15, steps=8, batch_size=16, n_long=2, long_factor=2)
+result = [r["acc"][v] for v in ("base", "TiF", "TiF non-dissipative")] + [r["loss"]["TiF"], r["norms"]["TiF"][2]["zmax"], r["norms"]["TiF non-dissipative"][2]["zmax"]]
 """)
