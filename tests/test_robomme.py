@@ -97,6 +97,7 @@ def test_answer_is_in_the_video_not_its_last_frame(task):
 def test_even_sampling_indices_repo_cases():
     assert even_sampling_indices(5, 32) == [0, 1, 2, 3, 4, 5]
     assert even_sampling_indices(100, 32) == np.linspace(0, 100, 32).astype(int).tolist()
+    assert even_sampling_indices(31, 32) == list(range(32)) and even_sampling_indices(32, 32) == np.linspace(0, 32, 32).astype(int).tolist()
     with pytest.raises(ValueError, match="max_frames"): even_sampling_indices(4, 0)
 
 def test_tokendrop_buffer_properties():
@@ -215,3 +216,20 @@ with cpu_threads(1):
     r = evaluate(p, ["PickXtimes"], n_per_task=3)
 result = [float(sum(x.double().sum() for x in p.parameters()))] + r.success.tolist()
 """)
+
+def test_env_rules_commit_noop_timeout():
+    "A wrong action on an occupied cell fails, one on an empty cell is a no-op, StopCube fails any deviation, steps run out."
+    e = MiniMMEEnv("VideoUnmask", 2000); e.reset(); sc = e.script
+    wrong = next(c for c in sc.scenes[0].containers if c != sc.actions[0][1])
+    assert e.step(("pick", wrong))[-1]["status"] == "fail"
+    e = MiniMMEEnv("PickXtimes", 2001); e.reset(); sc = e.script
+    empty = next(c for c in range(G*G) if c not in sc.scenes[0].occupied())
+    obs, r, term, trunc, info = e.step(("pick", empty))
+    assert info["status"] == "ongoing" and not term and len(obs["front_rgb_list"]) == 1
+    btn = next(iter(sc.scenes[0].buttons))
+    assert e.step(("press", btn))[-1]["status"] == "fail"                           # pressing before the repetitions
+    e = MiniMMEEnv("StopCube", 2002); e.reset()
+    assert e.step(("wait", 5) if e.oracle_action() != ("wait", 5) else ("press", 0))[-1]["status"] == "fail"
+    e = MiniMMEEnv("PatternLock", 2003); e.reset(); sts = []
+    for _ in range(e.max_steps): sts.append(e.step(("wait", 0))[-1]["status"])
+    assert sts[-1] == "timeout" and set(sts[:-1]) == {"ongoing"}
