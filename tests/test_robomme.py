@@ -63,35 +63,68 @@ def _cube_cells(img):
     q = img.reshape(G, 4, G, 4, 3)[:, 1, :, 1]
     return {int(r*G + c): name for name, rgb in COLOURS.items() for r, c in np.argwhere((q == rgb).all(-1))}
 
+def _inner(img):
+    "Each cell's inner-square colour, (G, G, 3)."
+    return img.reshape(G, 4, G, 4, 3)[:, 1, :, 1]
+
+def _track(frames, cells_of, start):
+    "Follow items that move one at a time (swaps go through a free cell): start cell -> final cell."
+    where = {c: c for c in start}                                                  # identity (start cell) -> current cell
+    for a, b in zip(frames, frames[1:]):
+        gone, new = cells_of(a) - cells_of(b), cells_of(b) - cells_of(a)
+        if len(gone) == 1 and len(new) == 1:
+            (g,), (n,) = gone, new
+            where = {k: (n if v == g else v) for k, v in where.items()}
+    return where
+
 def decode_video(task, frames, goal):
     "Hand-written decoders that read the hidden answer from the rendered conditioning video alone."
-    if task in ("PatternLock", "RouteStick"):
-        path = [_cursor(f) for f in frames[1:-1]]
-        return path if task == "PatternLock" else [int(c // G > (frames and path[0] // G)) for c in path]
+    if task == "PatternLock": return [_cursor(f) for f in frames[1:-1]]
+    if task == "RouteStick":
+        stick_row = int(np.argwhere((_inner(frames[0]) == (20, 20, 20)).all(-1))[0][0])
+        return [int(_cursor(f) // G > stick_row) for f in frames[1:-1]]
     if task in ("VideoUnmask", "VideoUnmaskSwap"):
-        who = {c: col for c, col in _cube_cells(frames[0]).items()}              # container identity = its cube's colour
-        for a, b in zip(frames[1:], frames[2:]):
-            gone, new = _containers(a) - _containers(b), _containers(b) - _containers(a)
-            if gone: (g,), (n,) = gone, new; who[n] = who.pop(g)
-        cols = [w for w in goal.replace("lift the container that hides the ", "").replace(" cube", "").split(" and the ")]
-        return [next(c for c, col in who.items() if col == k) for k in cols]
-    if task == "VideoPlaceOrder":
-        col = goal.split(" cube")[0].split()[-1]; k = ["first", "second", "third", "fourth"].index(goal.split(" on the ")[1].split()[0])
-        seq = []
+        colour_at = _cube_cells(frames[0])                                         # container identity = its cube's colour
+        where = _track(frames[1:], _containers, colour_at)
+        cols = goal.replace("lift the container that hides the ", "").replace(" cube", "").split(" and the ")
+        return [where[next(c for c, k in colour_at.items() if k == col)] for col in cols]
+    if task == "VideoRepick":
+        star = _cursor(frames[1])                                                  # the cube the video picks
+        cubes = lambda f: set(_cube_cells(f))
+        return _track(frames[2:], cubes, cubes(frames[2]))[star]
+    if task in ("VideoPlaceOrder", "VideoPlaceButton"):
+        col = goal.split(" cube")[0].split()[-1]
+        seq, press_after = [], None
         for f in frames:
             cells = [c for c, n in _cube_cells(f).items() if n == col]
             if cells and _cursor(f) == cells[0] and (not seq or seq[-1] != cells[0]): seq.append(cells[0])
-        return seq[1:][k]
+            if (_inner(f) == (255, 60, 60)).all(-1).any() and press_after is None: press_after = len(seq) - 2   # index in seq[1:]
+        placed = seq[1:]
+        if task == "VideoPlaceOrder": return placed[["first", "second", "third", "fourth"].index(goal.split(" on the ")[1].split()[0])]
+        return placed[press_after + ("right after" in goal)]
+    if task == "MoveCube":
+        f0, f1 = frames[0], frames[1]
+        peg0 = {int(r*G + c) for r, c in np.argwhere((_inner(f0) == (160, 100, 50)).all(-1))}
+        if _cursor(f1) in peg0 or not peg0 & {int(r*G + c) for r, c in np.argwhere((_inner(f1) == (160, 100, 50)).all(-1))}: return 0
+        return 2 if _cursor(f1) in _cube_cells(f1) else 1
+    if task == "InsertPeg":
+        heads = sorted(int(r*G + c) for r, c in np.argwhere((_inner(frames[0]) == (160, 100, 50)).all(-1)))
+        grab = _cursor(frames[1]); rows = sorted(h // G for h in heads)
+        side = int(_cursor(frames[2]) == G*G - 1)
+        return (grab // G, int(grab % G != heads[0] % G), side)                  # (the peg's row, end, side)
     raise KeyError(task)
 
-@pytest.mark.parametrize("task", ["VideoUnmask", "VideoUnmaskSwap", "VideoPlaceOrder", "PatternLock", "RouteStick"])
+VIDEO_TASKS = ["VideoUnmask", "VideoUnmaskSwap", "VideoRepick", "VideoPlaceButton", "VideoPlaceOrder",
+               "MoveCube", "InsertPeg", "PatternLock", "RouteStick"]
+
+@pytest.mark.parametrize("task", VIDEO_TASKS)
 def test_answer_is_in_the_video_not_its_last_frame(task):
     for s in split_seeds("train"):
         sc = make_script(task, s); frames = [render(x) for x in sc.video]
         got = decode_video(task, frames, sc.goal[0])
-        if task == "RouteStick": got = [int(_cursor(f) // G > sc.video[0].sticks.copy().pop() // G) for f in frames[1:-1]]
-        assert got == sc.answer, (task, s, got, sc.answer)
-    if task in ("PatternLock", "RouteStick"):
+        want = (sc.actions[0][1] // G, sc.answer[1], sc.answer[2]) if task == "InsertPeg" else sc.answer
+        assert got == want, (task, s, got, want)
+    if task in ("PatternLock", "RouteStick"):               # the last frame (reset table) repeats across seeds with other answers
         assert memoryless_conflicts([make_script(task, s) for s in split_seeds("train")], video_only=True)["conflict_rate"] > 0
 
 def test_even_sampling_indices_repo_cases():
