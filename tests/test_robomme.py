@@ -1,0 +1,268 @@
+"Tests of maspob_etal.robomme (MiniMME, the memory designs, the protocol and the real-benchmark harness)."
+import sys, pathlib
+import numpy as np, pandas as pd, pytest, torch
+import torch.nn.functional as F
+from maspob_etal.robomme import (TASKS, TASK_LIST, VERBS, G, COLOURS, CONT, SPLITS, POLICIES, MiniMMEEnv, Scene, render, make_script,
+    split_seeds, difficulty_of, memoryless_conflicts, even_sampling_indices, TokenDropBuffer, TTTMemory, patchify,
+    make_variant, TinyVLA, collect_demos, train_policy, evaluate, summarize, RealRoboMMEHarness, H5DemoReader, _batch)
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _threads import assert_thread_independent
+
+ALL_SEEDS = [s for sp in SPLITS for s in split_seeds(sp)]
+
+def rollout(env, act):
+    env.reset()
+    while True:
+        _, _, term, trunc, info = env.step(act(env))
+        if term or trunc: return info["status"]
+
+@pytest.mark.parametrize("task", TASK_LIST)
+def test_oracle_solves_every_seed(task):
+    st = [rollout(MiniMMEEnv(task, s), lambda e: e.oracle_action()) for s in ALL_SEEDS]
+    assert st.count("success") == len(ALL_SEEDS)
+    assert {difficulty_of(s) for s in ALL_SEEDS} == {"easy", "medium", "hard"}
+
+def test_random_policy_below_15_percent():
+    rng = np.random.default_rng(1)
+    sr = np.mean([rollout(MiniMMEEnv(t, s), lambda e: (VERBS[rng.integers(7)], int(rng.integers(G*G)))) == "success"
+                  for t in TASK_LIST for s in split_seeds("test")[:25]])
+    assert sr < 0.15
+
+def test_determinism_splits_difficulty():
+    for t in TASK_LIST:
+        a, b = make_script(t, 2003), make_script(t, 2003)
+        assert all((render(x) == render(y)).all() for x, y in zip(a.video + a.scenes, b.video + b.scenes))
+        assert a.actions == b.actions and a.difficulty == difficulty_of(2003) == "hard"
+    sets = [set(split_seeds(s)) for s in SPLITS]
+    assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
+
+def test_memory_required_where_frames_repeat():
+    "Exact (goal, frame, state) groups conflict on every task whose frames repeat; the Bayes ceiling is below 1 there."
+    for t in ["PickXtimes", "SwingXtimes", "StopCube", "ButtonUnmaskSwap", "PickHighlight", "VideoRepick",
+              "MoveCube", "InsertPeg", "PatternLock", "RouteStick"]:
+        r = memoryless_conflicts([make_script(t, s) for s in ALL_SEEDS])
+        assert r["conflict_rate"] > 0 and r["bayes_acc"] < 1, (t, r)
+
+def test_no_history_in_frames():
+    "A cube in the bin is invisible; a button looks the same before and after a press (outside videos)."
+    s = Scene(cubes={5: "red"}, bins={5}, buttons={9})
+    assert (render(s) == render(Scene(bins={5}, buttons={9}))).all()
+    sc = make_script("ButtonUnmaskSwap", 5)
+    assert not any(x.pressed for x in sc.scenes)
+
+def _cursor(img):
+    "The gripper cell: the one whose top-left pixel is black."
+    px = img.reshape(G, 4, G, 4, 3)[:, 0, :, 0]
+    (r, c), = np.argwhere((px == 0).all(-1)); return int(r*G + c)
+
+def _containers(img):
+    px = img.reshape(G, 4, G, 4, 3)[:, 0, :, 1]                                   # top edge (the gripper mark is at its corner)
+    return {int(r*G + c) for r, c in np.argwhere((px == CONT).all(-1))}
+
+def _cube_cells(img):
+    q = img.reshape(G, 4, G, 4, 3)[:, 1, :, 1]
+    return {int(r*G + c): name for name, rgb in COLOURS.items() for r, c in np.argwhere((q == rgb).all(-1))}
+
+def _inner(img):
+    "Each cell's inner-square colour, (G, G, 3)."
+    return img.reshape(G, 4, G, 4, 3)[:, 1, :, 1]
+
+def _track(frames, cells_of, start):
+    "Follow items that move one at a time (swaps go through a free cell): start cell -> final cell."
+    where = {c: c for c in start}                                                  # identity (start cell) -> current cell
+    for a, b in zip(frames, frames[1:]):
+        gone, new = cells_of(a) - cells_of(b), cells_of(b) - cells_of(a)
+        if len(gone) == 1 and len(new) == 1:
+            (g,), (n,) = gone, new
+            where = {k: (n if v == g else v) for k, v in where.items()}
+    return where
+
+def decode_video(task, frames, goal):
+    "Hand-written decoders that read the hidden answer from the rendered conditioning video alone."
+    if task == "PatternLock": return [_cursor(f) for f in frames[1:-1]]
+    if task == "RouteStick":
+        stick_row = int(np.argwhere((_inner(frames[0]) == (20, 20, 20)).all(-1))[0][0])
+        return [int(_cursor(f) // G > stick_row) for f in frames[1:-1]]
+    if task in ("VideoUnmask", "VideoUnmaskSwap"):
+        colour_at = _cube_cells(frames[0])                                         # container identity = its cube's colour
+        where = _track(frames[1:], _containers, colour_at)
+        cols = goal.replace("lift the container that hides the ", "").replace(" cube", "").split(" and the ")
+        return [where[next(c for c, k in colour_at.items() if k == col)] for col in cols]
+    if task == "VideoRepick":
+        star = _cursor(frames[1])                                                  # the cube the video picks
+        cubes = lambda f: set(_cube_cells(f))
+        return _track(frames[2:], cubes, cubes(frames[2]))[star]
+    if task in ("VideoPlaceOrder", "VideoPlaceButton"):
+        col = goal.split(" cube")[0].split()[-1]
+        seq, press_after = [], None
+        for f in frames:
+            cells = [c for c, n in _cube_cells(f).items() if n == col]
+            if cells and _cursor(f) == cells[0] and (not seq or seq[-1] != cells[0]): seq.append(cells[0])
+            if (_inner(f) == (255, 60, 60)).all(-1).any() and press_after is None: press_after = len(seq) - 2   # index in seq[1:]
+        placed = seq[1:]
+        if task == "VideoPlaceOrder": return placed[["first", "second", "third", "fourth"].index(goal.split(" on the ")[1].split()[0])]
+        return placed[press_after + ("right after" in goal)]
+    if task == "MoveCube":
+        f0, f1 = frames[0], frames[1]
+        peg0 = {int(r*G + c) for r, c in np.argwhere((_inner(f0) == (160, 100, 50)).all(-1))}
+        if _cursor(f1) in peg0 or not peg0 & {int(r*G + c) for r, c in np.argwhere((_inner(f1) == (160, 100, 50)).all(-1))}: return 0
+        return 2 if _cursor(f1) in _cube_cells(f1) else 1
+    if task == "InsertPeg":
+        heads = sorted(int(r*G + c) for r, c in np.argwhere((_inner(frames[0]) == (160, 100, 50)).all(-1)))
+        grab = _cursor(frames[1]); rows = sorted(h // G for h in heads)
+        side = int(_cursor(frames[2]) == G*G - 1)
+        return (grab // G, int(grab % G != heads[0] % G), side)                  # (the peg's row, end, side)
+    raise KeyError(task)
+
+VIDEO_TASKS = ["VideoUnmask", "VideoUnmaskSwap", "VideoRepick", "VideoPlaceButton", "VideoPlaceOrder",
+               "MoveCube", "InsertPeg", "PatternLock", "RouteStick"]
+
+@pytest.mark.parametrize("task", VIDEO_TASKS)
+def test_answer_is_in_the_video_not_its_last_frame(task):
+    for s in split_seeds("train"):
+        sc = make_script(task, s); frames = [render(x) for x in sc.video]
+        got = decode_video(task, frames, sc.goal[0])
+        want = (sc.actions[0][1] // G, sc.answer[1], sc.answer[2]) if task == "InsertPeg" else sc.answer
+        assert got == want, (task, s, got, want)
+    if task in ("PatternLock", "RouteStick"):               # the last frame (reset table) repeats across seeds with other answers
+        assert memoryless_conflicts([make_script(task, s) for s in split_seeds("train")], video_only=True)["conflict_rate"] > 0
+
+def test_even_sampling_indices_repo_cases():
+    assert even_sampling_indices(5, 32) == [0, 1, 2, 3, 4, 5]
+    assert even_sampling_indices(100, 32) == np.linspace(0, 100, 32).astype(int).tolist()
+    assert even_sampling_indices(31, 32) == list(range(32)) and even_sampling_indices(32, 32) == np.linspace(0, 32, 32).astype(int).tolist()
+    with pytest.raises(ValueError, match="max_frames"): even_sampling_indices(4, 0)
+
+def test_tokendrop_buffer_properties():
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (64, 48), dtype=np.uint8)]
+    for t in range(1, 12):
+        f = frames[-1].copy(); f[rng.integers(0, 64, 5)] = rng.integers(0, 255, 48, dtype=np.uint8); frames.append(f)
+    buf = TokenDropBuffer(stride=2)
+    for t, f in enumerate(frames): buf.add(t, f)
+    kept = {(s, p) for _, s, p in buf.heap}
+    assert {p for s, p in kept if s == 0} == set(range(64))
+    for s, p in kept:
+        if s: assert (frames[s][p] != frames[s - 2][p]).any()                      # unchanged patches never kept
+        assert s % 2 == 0
+    sel = buf.select(7, 70)
+    assert len(sel) <= 70 and sel == sorted(sel) and all(s <= 7 for s, _ in sel)
+    assert sel == sorted(k for k in kept if k[0] <= 7)[-70:]
+
+def test_ttt_update():
+    torch.manual_seed(0); m = TTTMemory(16, heads=2); x = torch.randn(2, 6, 16); W = torch.randn(2, 2, 8, 8) * 0.3
+    def loss(W):
+        k = F.normalize(m.k(x).view(2, 6, 2, 8), dim=-1).transpose(1, 2); v = m.v(x).view(2, 6, 2, 8).transpose(1, 2)
+        return ((k @ W.transpose(-1, -2) - v)**2).sum(-1).mean(-1)
+    with torch.no_grad():
+        assert (loss(m.update(W, x)) < loss(W)).all()
+        assert torch.equal(m.update(W, x, eta=torch.zeros(2, 2)), W)
+        eta = m.eta(x); assert ((eta >= 0.01) & (eta <= 0.1)).all()
+    Wg = W.clone().requires_grad_(); loss(Wg).sum().backward()
+    with torch.no_grad(): torch.testing.assert_close(m.update(W, x, eta=torch.full((2, 2), 1e-3)), W - 1e-3 * Wg.grad, atol=1e-6, rtol=1e-5)
+
+def test_modulator_identity_and_policies():
+    d = collect_demos(["PickXtimes", "VideoPlaceOrder"], n_per_task=2)
+    pm = make_variant("FrameSamp+Modul", seed=3, d=32, layers=2, heads=2); p0 = make_variant("none", seed=4, d=32, layers=2, heads=2)
+    p0.load_state_dict({k: v for k, v in pm.state_dict().items() if k in p0.state_dict()})
+    b = _batch(pm, d, np.arange(5), "cpu")
+    with torch.no_grad():
+        for k in ("verb", "cell"): torch.testing.assert_close(pm(b, zero_film=True)[k], p0(b)[k])
+    with pytest.raises(ValueError, match="unknown policy"): make_variant("TTT+Film")
+    with pytest.raises(ValueError, match="unknown task"): MiniMMEEnv("Pickxtimes", 2000)
+    with pytest.raises(ValueError, match="in no split"): MiniMMEEnv("PickXtimes", 100)
+    with pytest.raises(ValueError, match="subgoals"): evaluate(make_variant("GroundSG"), ["PickXtimes"], n_per_task=1)
+
+def test_summarize_known_values():
+    df = pd.DataFrame([dict(policy="A", model_seed=s, task=t, success=v) for s, t, vs in [
+        (0, "BinFill", [1, 1, 0, 0]), (0, "RouteStick", [1]), (0, "PatternLock", [0, 0]),
+        (1, "BinFill", [1, 1, 1, 1]), (1, "RouteStick", [0]), (1, "PatternLock", [1, 0])] for v in vs])
+    sm = summarize(df).set_index("name")
+    assert sm.loc["BinFill", "mean"] == pytest.approx(0.75) and sm.loc["BinFill", "std"] == pytest.approx(0.25)
+    imit = [(1 + 0)/2, (0 + 0.5)/2]
+    assert sm.loc["Imitation", "mean"] == pytest.approx(np.mean(imit)) and sm.loc["Imitation", "std"] == pytest.approx(np.std(imit))
+    ov = [(0.5 + 1 + 0)/3, (1 + 0 + 0.5)/3]
+    assert sm.loc["overall", "mean"] == pytest.approx(np.mean(ov)) and sm.loc["overall", "std"] == pytest.approx(np.std(ov))
+
+class FakeBenchmarkEnv:
+    "The documented API: list observations, info['status'] in {success, fail, timeout, ongoing, error}."
+    def __init__(self, i): self.i, self.t = i, 0
+    def reset(self): return {"front_rgb_list": [np.zeros((256, 256, 3), np.uint8)] * 2, "joint_state_list": [np.zeros(7)] * 2}, \
+                            {"task_goal": ["a goal", "another"], "status": "ongoing", "simple_subgoal_online": "x"}
+    def step(self, a):
+        assert np.shape(a) == (8,)
+        self.t += 1; st = "error" if self.i == 1 else "success" if a[-1] > 0 and self.t >= 3 else "ongoing"
+        return {"front_rgb_list": [np.zeros((256, 256, 3), np.uint8)]}, 0., st == "success", self.t >= 10, {"status": st}
+
+class FakeBuilder:
+    @staticmethod
+    def get_task_list(): return ["BinFill", "StopCube", "InsertPeg"]
+    def __init__(self, env_id, dataset, action_space, max_steps): assert dataset == "test" and max_steps == 1300
+    def get_episode_num(self): return 3
+    def make_env_for_episode(self, i): return FakeBenchmarkEnv(i)
+
+def test_real_harness_on_fake_env():
+    pol = lambda task, i, ms: (lambda obs, info: np.r_[np.zeros(7), 1.0 if task != "StopCube" else -1.0])
+    res = RealRoboMMEHarness(pol, builder_cls=FakeBuilder).run()
+    assert len(res) == 3 * 3 * 3 and set(res.model_seed) == {7, 42, 0}
+    assert (res[res.seed == 1].success == 0).all() and (res[res.seed == 1].status == "error").all()
+    tab = RealRoboMMEHarness.submission_table(res)
+    assert tab.loc[("Counting", "BinFill"), "Avg"] == pytest.approx(200/3, abs=0.01)
+    assert tab.loc[("Counting", "StopCube"), "Avg"] == 0
+    assert list(tab.columns) == [0, 7, 42, "Avg"]
+    with pytest.raises(ValueError, match="not allowed"): RealRoboMMEHarness(pol, action_space="multi_choice", builder_cls=FakeBuilder)
+
+class _DS:
+    def __init__(self, v): self.v = v; self.shape = np.shape(v)
+    def __getitem__(self, k): return self.v
+
+def _fake_h5(n_ep=2, n_t=3, drop=None):
+    def step():
+        st = {"obs": {"front_rgb": _DS(np.zeros((256, 256, 3), np.uint8)), "joint_state": _DS(np.zeros(7)), "eef_state": _DS(np.zeros(6)),
+                      "gripper_state": _DS(np.zeros(2))},
+              "action": {"joint_action": _DS(np.zeros(8)), "eef_action": _DS(np.zeros(7)), "waypoint_action": _DS(np.zeros(7))},
+              "info": {"simple_subgoal": _DS(b"pick up the cube"), "grounded_subgoal": _DS(b"pick up the cube at <1,2>"), "is_video_demo": _DS(False)}}
+        if drop: del st[drop[0]][drop[1]]
+        return st
+    return {f"episode_{e}": {"setup": {"seed": _DS(e), "difficulty": _DS(b"easy"), "task_goal": _DS(b"do")},
+                              **{f"timestep_{t}": step() for t in range(n_t)}} for e in range(n_ep)}
+
+def test_h5_reader(tmp_path):
+    (tmp_path / "record_dataset_BinFill.h5").write_bytes(b""); (tmp_path / "record_dataset_StopCube.h5").write_bytes(b"")
+    files = {"record_dataset_BinFill.h5": _fake_h5(), "record_dataset_StopCube.h5": _fake_h5(drop=("obs", "eef_state"))}
+    r = H5DemoReader(tmp_path, opener=lambda p: files[pathlib.Path(p).name])
+    assert r.tasks == ["BinFill", "StopCube"]
+    eps = r.episodes("BinFill")
+    assert len(eps) == 2 and len(eps[0]["steps"]) == 3 and eps[1]["seed"] == 1 and eps[0]["difficulty"] == "easy"
+    assert eps[0]["steps"][0]["front_rgb"].shape == (256, 256, 3) and eps[0]["steps"][0]["grounded_subgoal"].endswith("<1,2>")
+    with pytest.raises(ValueError, match="missing field 'eef_state'"): r.episodes("StopCube")
+    with pytest.raises(ValueError, match="no file for task"): r.episodes("MoveCube")
+    with pytest.raises(FileNotFoundError): H5DemoReader(tmp_path / "nope")
+
+def test_thread_independent():
+    assert_thread_independent("""
+from maspob_etal.robomme import collect_demos, make_variant, train_policy, evaluate
+from maspob_etal.core import cpu_threads
+with cpu_threads(1):
+    d = collect_demos(["PickXtimes", "PatternLock"], n_per_task=4)
+    p = train_policy(make_variant("FrameSamp+Modul", seed=1, d=16, layers=1, heads=2, budget=32), d, 8, 8, seed=1)
+    r = evaluate(p, ["PickXtimes"], n_per_task=3)
+result = [float(sum(x.double().sum() for x in p.parameters()))] + r.success.tolist()
+""")
+
+def test_env_rules_commit_noop_timeout():
+    "A wrong action on an occupied cell fails, one on an empty cell is a no-op, StopCube fails any deviation, steps run out."
+    e = MiniMMEEnv("VideoUnmask", 2000); e.reset(); sc = e.script
+    wrong = next(c for c in sc.scenes[0].containers if c != sc.actions[0][1])
+    assert e.step(("pick", wrong))[-1]["status"] == "fail"
+    e = MiniMMEEnv("PickXtimes", 2001); e.reset(); sc = e.script
+    empty = next(c for c in range(G*G) if c not in sc.scenes[0].occupied())
+    obs, r, term, trunc, info = e.step(("pick", empty))
+    assert info["status"] == "ongoing" and not term and len(obs["front_rgb_list"]) == 1
+    btn = next(iter(sc.scenes[0].buttons))
+    assert e.step(("press", btn))[-1]["status"] == "fail"                           # pressing before the repetitions
+    e = MiniMMEEnv("StopCube", 2002); e.reset()
+    assert e.step(("wait", 5) if e.oracle_action() != ("wait", 5) else ("press", 0))[-1]["status"] == "fail"
+    e = MiniMMEEnv("PatternLock", 2003); e.reset(); sts = []
+    for _ in range(e.max_steps): sts.append(e.step(("wait", 0))[-1]["status"])
+    assert sts[-1] == "timeout" and set(sts[:-1]) == {"ongoing"}
