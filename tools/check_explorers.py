@@ -60,7 +60,9 @@ def check(page, name:str, timeout_s:int=600)->dict:
         if len(opts) < 2: raise RuntimeError(f"the only knob is a dropdown with one choice ({opts}): nothing to redraw")
         knob.scroll_into_view_if_needed(); knob.select_option(label=opts[1])
     else:
-        knob.focus(); page.keyboard.press("ArrowRight")
+        now, top = (knob.get_attribute(a) for a in ("aria-valuenow", "aria-valuemax"))   # a slider at its top moves down
+        at_top = now is not None and top is not None and float(now) >= float(top)
+        knob.focus(); page.keyboard.press("ArrowLeft" if at_top else "ArrowRight")
     page.wait_for_function("([sel, old]) => { const i = [...document.querySelectorAll(sel)].pop(); return i && i.src !== old; }",
                            arg=[".jp-Notebook .widget-interact img", before], timeout=30_000)
     return dict(run_to_widgets_s=round(run_s, 1), redraw_s=round(time.time() - t1, 2))
