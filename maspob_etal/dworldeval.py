@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/dworldeval.html.md"""
 
 # %% ../nbs/16_dworldeval.ipynb #c004
 from __future__ import annotations
-import importlib, math
+import importlib, math, zlib
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -21,11 +21,12 @@ from .core import progress
 # %% auto #0
 __all__ = ['EMPTY', 'BLOCK', 'GOAL', 'GRIP_OPEN', 'GRIP_CLOSED', 'GRIP_OPEN_BLOCK', 'GRIP_CLOSED_BLOCK', 'WALL', 'CELL_NAMES',
            'PALETTE', 'PAD', 'MASK', 'SEGMENTS', 'MEM_RULES', 'ACTION_MODES', 'PushState', 'TwoViewPushWorld',
-           'push_progress', 'read_scene', 'expert_chunk', 'random_chunk', 'make_policy', 'scripted_policies', 'Episode',
-           'run_episode', 'training_mix', 'collect_dataset', 'true_success_rates', 'PatchKMeansTokenizer',
-           'FastActionTokenizer', 'WordTokenizer', 'WorldCodec', 'select_memory', 'make_samples', 'subset', 'DWMConfig',
-           'DWMBlock', 'DiscreteDiffusionWM', 'count_params', 'train_wm', 'predict', 'progress_values',
-           'imagine_rollout', 'estimate_success_rates', 'mmrv', 'ranking_metrics', 'frame_errors', 'failure_gap']
+           'push_progress', 'read_scene', 'expert_chunk', 'random_chunk', 'decoy_target', 'make_policy',
+           'scripted_policies', 'Episode', 'run_episode', 'training_mix', 'collect_dataset', 'true_success_rates',
+           'PatchKMeansTokenizer', 'FastActionTokenizer', 'WordTokenizer', 'WorldCodec', 'select_memory',
+           'make_samples', 'subset', 'DWMConfig', 'DWMBlock', 'DiscreteDiffusionWM', 'count_params', 'train_wm',
+           'predict', 'progress_values', 'imagine_rollout', 'estimate_success_rates', 'mmrv', 'ranking_metrics',
+           'frame_errors', 'failure_gap']
 
 # %% ../nbs/16_dworldeval.ipynb #c008
 EMPTY, BLOCK, GOAL, GRIP_OPEN, GRIP_CLOSED, GRIP_OPEN_BLOCK, GRIP_CLOSED_BLOCK, WALL = range(8)
@@ -154,11 +155,17 @@ def random_chunk(H:int, rng:np.random.Generator)->np.ndarray:
     "A uniformly random chunk: moves in [-1, 1], grip in [0, 1]."
     return np.concatenate([rng.uniform(-1, 1, (H, 2)), rng.uniform(0, 1, (H, 1))], 1)
 
-def make_policy(kind:str="expert",  # "expert", "never_open", "mirrored_goal", "late_grip" or "random"
+def decoy_target(first:dict, goal:tuple)->tuple:
+    "A cell other than the goal, fixed by the first top view (a CRC32 hash of it): where a decoy carries the block."
+    top = first["top"]; G = top.shape[0]
+    cells = [(r, c) for r in range(G) for c in range(G) if (r, c) != tuple(goal)]
+    return cells[zlib.crc32(np.ascontiguousarray(top, dtype=np.int8).tobytes()) % len(cells)]
+
+def make_policy(kind:str="expert",  # "expert", "decoy", "never_open", "mirrored_goal", "late_grip" or "random"
                 eps:float=0.0,      # probability that a step is replaced by a random action
                 H:int=4)->Callable:
     "A scripted policy `pi(first_obs, cur_obs, k, rng) -> chunk (H, 3)` acting on (decoded) observations."
-    kinds = ("expert", "never_open", "mirrored_goal", "late_grip", "random")
+    kinds = ("expert", "decoy", "never_open", "mirrored_goal", "late_grip", "random")
     if kind not in kinds: raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
     def pi(first, cur, k, rng):
         if kind == "random": return random_chunk(H, rng)
@@ -168,6 +175,7 @@ def make_policy(kind:str="expert",  # "expert", "never_open", "mirrored_goal", "
         G = first["top"].shape[1]
         if kind == "late_grip" and k == 0: c = np.zeros((H, 3))
         elif kind == "mirrored_goal": c = expert_chunk(g, b, (goal[0], G-1-goal[1]), H)
+        elif kind == "decoy": c = expert_chunk(g, b, decoy_target(first, goal), H)
         else: c = expert_chunk(g, b, goal, H, release=kind != "never_open")
         if eps > 0:
             swap = rng.random(H) < eps
@@ -207,10 +215,10 @@ def run_episode(env:TwoViewPushWorld, policy:Callable, init_seed:int, rng:np.ran
     return Episode(obs, np.array(acts), np.array(prog), name, init_seed)
 
 def training_mix(H:int=4)->dict:
-    "The failure-enriched behaviour mix: name -> (policy, weight)."
-    mix = {"expert": (make_policy("expert", H=H), 0.3), "random": (make_policy("random", H=H), 0.2)}
-    for e in (0.2, 0.5, 0.8): mix[f"noisy {e}"] = (make_policy("expert", e, H=H), 0.5/3)
-    return mix
+    "The failure-enriched behaviour mix, name -> (policy, weight): experts and decoys, clean and noisy, and random."
+    return {"expert": (make_policy("expert", H=H), 0.2), "decoy": (make_policy("decoy", H=H), 0.3),
+            "noisy expert": (make_policy("expert", 0.3, H=H), 0.2), "noisy decoy": (make_policy("decoy", 0.3, H=H), 0.2),
+            "random": (make_policy("random", H=H), 0.1)}
 
 def collect_dataset(env:TwoViewPushWorld, n_episodes:int, policy_mix:dict, seed:int=0,
                     init_offset:int=0)->list:
@@ -430,8 +438,9 @@ class DiscreteDiffusionWM(nn.Module):
             torch.manual_seed(seed)
             d = cfg.d
             self.tok, self.seg = nn.Embedding(cfg.V, d), nn.Embedding(len(SEGMENTS), d)
-            self.pos = nn.Parameter(0.02*torch.randn(cfg.frame_len + cfg.instr_len + cfg.act_len + cfg.prog_len, d))
-            self.slot = nn.Parameter(0.02*torch.randn(cfg.mem_frames, d))   # which keyframe slot
+            # positions and slots start at the scale of the N(0, 1) token embeddings they are added to
+            self.pos = nn.Parameter(torch.randn(cfg.frame_len + cfg.instr_len + cfg.act_len + cfg.prog_len, d))
+            self.slot = nn.Parameter(torch.randn(cfg.mem_frames, d))   # which keyframe slot
             self.blocks = nn.ModuleList(DWMBlock(d, cfg.heads, cfg.mlp_ratio) for _ in range(cfg.layers))
             self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, cfg.V)
             self.act_mlp = (nn.Sequential(nn.Linear(cfg.act_raw_dim, cfg.adaln_hidden), nn.SiLU(),
