@@ -217,3 +217,53 @@ def test_step_dynamics():
     env.state = PushState((0, 0), True, (0, 1), (5, 5), 6, t=1)
     env.step(np.array([[-1, -1, 1]]*4))                   # clipped at the border
     assert env.state.grip == (0, 0) and env.state.block == (0, 1)
+
+def test_decoy_carries_elsewhere_and_mix_hides_success(world):
+    env = world[0]
+    dec = make_policy("decoy")
+    for s in range(100):
+        first = env.reset(s); goal = env.state.goal
+        tgt = decoy_target(first, goal)
+        assert tgt != goal and tgt == decoy_target({"top": first["top"].copy()}, goal)   # a fixed non-goal cell
+        ep = run_episode(env, dec, s, np.random.default_rng(s))
+        assert not ep.success
+        if env.state.block != tgt: continue
+        assert not env.state.closed                      # carried competently to its own target and released there
+    assert true_success_rates(env, {"d": dec}, range(200))["d"] == 0.0
+    # the leak this guards against: among training episodes whose behaviour carries and releases competently,
+    # success must not follow from the actions alone (it did when every such behaviour went to the goal)
+    eps = collect_dataset(env, 400, training_mix(), seed=1)
+    clean = [e for e in eps if e.policy in ("expert", "decoy")]
+    assert 0.2 < np.mean([e.success for e in clean]) < 0.8
+
+def goal_pairs(env, n, seed=0):
+    "n pairs of two-chunk episodes that differ only in the goal: wait one chunk, then carry to goal A and release there."
+    rng, out = np.random.default_rng(seed), []
+    while len(out) < 2*n:
+        g, b, qa, qb = [(int(c)//env.G, int(c) % env.G) for c in rng.choice(env.G*env.G, 4, replace=False)]
+        chunks, pair = [np.zeros((env.H, 3)), expert_chunk(g, b, qa, env.H)], []
+        for q in (qa, qb):
+            env.state = PushState(g, False, b, q, abs(b[0]-q[0]) + abs(b[1]-q[1]))
+            obs, prog = [env.observe()], []
+            for c in chunks:
+                o, p, _ = env.step(c); obs.append(o); prog.append(p)
+            pair.append(Episode(obs, np.array(chunks), np.array(prog), "pair", 0))
+        if pair[0].progress[-1] == 1.0: out += pair
+    return out
+
+def test_memory_is_the_only_source_of_the_hidden_goal(world):
+    "C1 by construction: after frame 0 two episodes that differ only in the goal look the same except in the memory."
+    _, _, codec, _ = world
+    env = TwoViewPushWorld(G=6, wrist=3, H=4, K=2)
+    eps = goal_pairs(env, 20)
+    ctx = {}
+    for rule in ("none", "first+sparse"):
+        d = make_samples(codec, eps, 1, rule); d = subset(d, torch.nonzero(d["k"] == 1)[:, 0])   # chunk 1: goal hidden
+        m = small_model(codec, mem_rule=rule)
+        ctx[rule] = m.context(d)[0]
+        prog = [codec.parse_progress(r) for r in d["prog"].numpy()]
+        assert all(prog[2*i] == 1.0 != prog[2*i + 1] for i in range(20))        # different outcomes within every pair
+        np.testing.assert_array_equal(d["next"][0::2], d["next"][1::2])          # and the same next frame
+    # without memory the two contexts of a pair are identical, so no model can be right on both: accuracy <= 0.5
+    np.testing.assert_array_equal(ctx["none"][0::2], ctx["none"][1::2])
+    assert (ctx["first+sparse"][0::2] != ctx["first+sparse"][1::2]).any(1).all()  # with it, every pair differs
