@@ -28,10 +28,10 @@ endif
 
 help:
 	@echo "make test                 set up .venv and run the test suite (unit tests + every notebook at smoke scale)"
-	@echo "make reproduce            set up .venv, run every method notebook, write results/REPORT.md and results/forest.png"
+	@echo "make reproduce            set up .venv, run every method notebook, write results/REPORT.md, results/summary.png and results/figures/"
 	@echo "                          SCALE=smoke (CI, ~2 min each) | full (every claim, <= 45 min each on 2 CPU cores) | gpu (paper-sized, one GPU)"
 	@echo "                          DEVICE=cpu|cuda; SAVE=1 also writes each run's outputs back into its notebook in nbs/"
-	@echo "make report               results/REPORT.md and results/forest.png from the committed results/*.json"
+	@echo "make report               results/REPORT.md, summary.png and figures/ from the committed results/*.json"
 	@echo "make docs                 build the site into _docs/ and README.md (nbdev-docs with Quarto, else smalldocs)"
 	@echo "make lab                  JupyterLab on nbs/"
 	@echo "make wheelhouse           download every dependency but torch into wheelhouse/ (WHEEL_PY=3.12 for another Python)"

@@ -6,20 +6,23 @@ Docs: https://maspob-etal.github.io/maspob_etal/claims.html.md"""
 
 # %% ../nbs/00c_claims.ipynb #c77f91d7
 from __future__ import annotations
-import ast, hashlib, json, math, os, platform, re, subprocess, datetime as _dt
+import ast, hashlib, json, math, os, platform, re, subprocess, sys, warnings, datetime as _dt
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from fastcore.basics import patch
 
 from .core import SCALES, check_scale
 
 # %% auto #0
-__all__ = ['METHODS', 'RULES', 'notebook_name', 'check_slug', 'project_root', 'results_dir', 'parameters_cell',
-           'notebook_defaults', 'current_params', 'run_name', 'paired_stats', 'claim_holds', 'Claim', 'provenance',
-           'record', 'load_record', 'runs', 'load_results', 'ledger', 'report_rows', 'forest_plot', 'report_markdown',
-           'report']
+__all__ = ['METHODS', 'RULES', 'VERDICTS', 'T_BELOW', 'EXACT_UPTO', 'ROLES', 'VERSIONED', 'notebook_name', 'check_slug',
+           'project_root', 'results_dir', 'parameters_cell', 'notebook_defaults', 'current_params', 'run_name',
+           'sign_flip_p', 'paired_stats', 'verdict', 'claim_holds', 'unit_slopes', 'Claim', 'library_versions',
+           'cpu_times', 'provenance', 'standard_gaps', 'record', 'load_record', 'runs', 'load_results', 'ledger',
+           'claims_of', 'report_rows', 'thesis_line', 'method_plot', 'summary_plot', 'verdict_counts', 'status_summary',
+           'report_markdown', 'report']
 
 # %% ../nbs/00c_claims.ipynb #a7f93142
 METHODS = {  # slug: (number, short title), in the order of ../shared/methods/NN_slug.md
@@ -122,6 +125,9 @@ def run_name(scale:str,                     # the run's scale
 
 # %% ../nbs/00c_claims.ipynb #a38ba4dc
 RULES = ("better", "not_worse", "equivalent")
+VERDICTS = ("held", "refuted", "inconclusive")
+T_BELOW = 30      # below this many independent units the CI is a paired t interval; from it on, a percentile bootstrap
+EXACT_UPTO = 16   # the sign-flip p-value enumerates all 2^n sign patterns up to this many independent units
 
 def _values(name:str, v)->np.ndarray:
     a = np.asarray(v, dtype=float)
@@ -129,37 +135,104 @@ def _values(name:str, v)->np.ndarray:
     if not np.isfinite(a).all(): raise ValueError(f"{name} holds a NaN or an infinity: record finite numbers")
     return a
 
+def _groups(cluster, n:int)->np.ndarray|None:
+    "Index 0..G-1 of the independent unit of each of `n` values, or None when every value is its own unit."
+    if cluster is None: return None
+    c = np.asarray(cluster)
+    if c.ndim != 1 or len(c) != n:
+        raise ValueError(f"cluster must give one label (e.g. the seed) per value: {n} values, {c.size} labels")
+    return np.unique(c, return_inverse=True)[1].reshape(-1)
+
+def _unit_sums(d:np.ndarray, g:np.ndarray|None)->np.ndarray:
+    "$S_g = \\sum_{i \\in g} d_i$, one sum per independent unit."
+    return d if g is None else np.bincount(g, weights=d)
+
+def sign_flip_p(d:Sequence[float],          # paired differences, one per value
+                cluster:Sequence|None=None, # independent unit of each value (e.g. its seed); None: each value is one
+                n_perm:int=20_000,          # random sign patterns when there are more than 16 units
+                seed:int=0,                 # seed of those patterns
+               )->float:                    # two-sided p-value of "the effect is 0"
+    "Sign-flip permutation p-value of $\\bar d$: exact over all $2^G$ sign patterns up to 16 units, Monte Carlo beyond."
+    d = _values("d", d)
+    S = _unit_sums(d, _groups(cluster, len(d)))
+    G, t_obs = len(S), abs(S.sum())
+    tol = 1e-9*max(1.0, float(np.abs(S).sum()))                 # flips that reproduce |T| up to rounding count as ties
+    if G <= EXACT_UPTO:
+        signs = 1.0 - 2*((np.arange(2**G)[:, None] >> np.arange(G)) & 1)   # every sign pattern, (2^G, G)
+        return float((np.abs(signs @ S) >= t_obs - tol).mean())
+    rng, hits = np.random.default_rng(seed), 0
+    for start in range(0, n_perm, 2_000):
+        s = rng.choice([-1.0, 1.0], size=(min(2_000, n_perm - start), G))
+        hits += int((np.abs(s @ S) >= t_obs - tol).sum())
+    return (hits + 1)/(n_perm + 1)                              # the observed pattern counts as one draw
+
 def paired_stats(ours:Sequence[float],              # our value on each unit (seed or item), (n,)
                  baseline:Sequence[float]|float,    # the baseline on the same units, (n,), or one number for all
                  higher_is_better:bool=True,        # direction of the metric
                  level:float=0.95,                  # confidence level of the interval
-                 n_boot:int=10_000,                 # bootstrap resamples
-                 seed:int=0,                        # seed of the bootstrap
-                )->dict:                            # n, ours, baseline, effect, se, ci_low, ci_high, wins, ties
-    "Mean, standard error, paired bootstrap CI and wins of the effect $d_i = s(o_i - b_i)$ (positive: ours is better)."
+                 cluster:Sequence|None=None,        # independent unit of each value (e.g. the seed of each item)
+                 n_boot:int=10_000,                 # bootstrap resamples (30 units or more)
+                 seed:int=0,                        # seed of the bootstrap and of a Monte Carlo p-value
+                )->dict:                            # n, n_items, ours, baseline, effect, se, ci_low, ci_high, ci_method, p_value, wins, ties
+    "Mean, standard error, 95 % CI (paired t below 30 units, bootstrap from 30), sign-flip p and wins of $d_i = s(o_i - b_i)$."
+    import scipy.stats
     o = _values("ours", ours)
     b = np.broadcast_to(_values("baseline", np.atleast_1d(baseline)), o.shape) if np.ndim(baseline) == 0 else _values("baseline", baseline)
     if b.shape != o.shape: raise ValueError(f"ours and baseline must pair up: {len(o)} vs {len(b)} values")
-    n = len(o)
-    if n < 2: raise ValueError(f"a confidence interval needs at least 2 paired values, got {n}: run more seeds or items")
     if not 0 < level < 1: raise ValueError(f"level must be in (0, 1), got {level}")
     d = (1.0 if higher_is_better else -1.0)*(o - b)             # d_i, signed so that > 0 favours ours
-    rng, means = np.random.default_rng(seed), []
-    chunk = max(1, 4_000_000 // n)                              # resamples per batch, bounded memory for large n
-    for start in range(0, n_boot, chunk):
-        idx = rng.integers(0, n, size=(min(chunk, n_boot - start), n))
-        means.append(d[idx].mean(axis=1))                       # d-bar* of each resample
-    lo, hi = np.quantile(np.concatenate(means), [(1 - level)/2, (1 + level)/2])
-    return dict(n=n, ours=float(o.mean()), baseline=float(b.mean()), effect=float(d.mean()),
-                se=float(d.std(ddof=1)/math.sqrt(n)), ci_low=float(lo), ci_high=float(hi),
-                wins=int((d > 0).sum()), ties=int((d == 0).sum()), level=level)
+    n, g = len(d), _groups(cluster, len(o))
+    G = n if g is None else int(g.max()) + 1                    # independent units
+    if G < 2: raise ValueError(f"a confidence interval needs at least 2 independent units, got {G}: run more seeds or items")
+    effect = float(d.mean())
+    if g is None: se = float(d.std(ddof=1)/math.sqrt(n))
+    else:                                                       # cluster-robust (CR1) standard error of the pooled mean
+        u = np.bincount(g, weights=d - effect)                  # sum of the residuals of each unit, (G,)
+        se = float(math.sqrt(G/(G - 1)*(u**2).sum())/n)
+    if G < T_BELOW:                                             # paired t with G - 1 degrees of freedom
+        q = float(scipy.stats.t.ppf((1 + level)/2, G - 1))
+        lo, hi, method = effect - q*se, effect + q*se, "t" if g is None else "cluster t"
+    else:                                                       # percentile bootstrap over units (or over clusters)
+        S, size = _unit_sums(d, g), (np.ones(n) if g is None else np.bincount(g).astype(float))
+        rng, means = np.random.default_rng(seed), []
+        chunk = max(1, 4_000_000 // G)
+        for start in range(0, n_boot, chunk):
+            idx = rng.integers(0, G, size=(min(chunk, n_boot - start), G))
+            means.append(S[idx].sum(axis=1)/size[idx].sum(axis=1))   # pooled mean of each resample
+        lo, hi = np.quantile(np.concatenate(means), [(1 - level)/2, (1 + level)/2])
+        method = "bootstrap" if g is None else "cluster bootstrap"
+    per_unit = d if g is None else np.bincount(g, weights=d)/np.bincount(g)
+    return dict(n=G, n_items=n, ours=float(o.mean()), baseline=float(b.mean()), effect=effect, se=se,
+                ci_low=float(lo), ci_high=float(hi), ci_method=method, p_value=sign_flip_p(d, cluster, seed=seed),
+                wins=int((per_unit > 0).sum()), ties=int((per_unit == 0).sum()), level=level)
+
+# %% ../nbs/00c_claims.ipynb #8638d14b
+def verdict(ci_low:float,             # lower end of the effect's CI (positive: ours better)
+            ci_high:float,            # upper end
+            rule:str="better",        # "better", "not_worse" or "equivalent"
+            sesoi:float|None=None,    # smallest effect of interest (> 0); for "not_worse" and "equivalent" the margin
+            p_value:float|None=None,  # the sign-flip p-value of the effect, where there is one
+            level:float=0.95,         # the CI's level; "held" on "better" also needs p < 1 - level
+            degenerate:bool=False,    # True when the units never differ (every d_i = 0)
+           )->str|None:               # "held", "refuted", "inconclusive", or None without a sesoi
+    "The three verdicts: held (the CI clears the null), refuted (it lies beyond the sesoi), inconclusive (neither)."
+    if rule not in RULES: raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if sesoi is None: return None
+    if not sesoi > 0: raise ValueError(f"sesoi must be > 0 (in the metric's units), got {sesoi}")
+    if degenerate: return "inconclusive"                        # units that never differ decide nothing
+    m = sesoi
+    if rule == "better": held, refuted = ci_low > 0, ci_high < m
+    elif rule == "not_worse": held, refuted = ci_low > -m, ci_high < -m
+    else: held, refuted = (-m < ci_low and ci_high < m), (ci_low > m or ci_high < -m)
+    if held and rule == "better" and p_value is not None and not p_value < 1 - level: held = False   # t and sign flips disagree
+    return "held" if held else "refuted" if refuted else "inconclusive"
 
 def claim_holds(ci_low:float,        # lower end of the effect's CI (positive: ours better)
                 ci_high:float,       # upper end
                 rule:str="better",   # "better", "not_worse" or "equivalent"
                 margin:float=0.0,    # m, in the metric's units (for "not_worse" and "equivalent")
                )->bool:
-    "The claim rule: does the interval decide for the claim?"
+    "The rule of records made before the three verdicts: does the interval decide for the claim?"
     if rule not in RULES: raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if margin < 0: raise ValueError(f"margin must be >= 0, got {margin}")
     if rule == "better": return bool(ci_low > 0)
@@ -167,8 +240,19 @@ def claim_holds(ci_low:float,        # lower end of the effect's CI (positive: o
     if margin == 0: raise ValueError("rule 'equivalent' needs a margin > 0")
     return bool(-margin < ci_low and ci_high < margin)
 
+def unit_slopes(knob:Sequence[float],    # the knob's values, (K,), at least 2 distinct
+                effects,                 # the effect of each unit at each knob value, (n_units, K)
+               )->list[float]:           # the least-squares slope of each unit's effect against the knob, (n_units,)
+    "Per-unit trend of an effect along a regime knob, so that \"the effect grows with the knob\" is a paired claim."
+    x, e = np.asarray(knob, dtype=float), np.asarray(effects, dtype=float)
+    if e.ndim != 2 or e.shape[1] != len(x): raise ValueError(f"effects must be (n_units, {len(x)}), got shape {e.shape}")
+    if len(np.unique(x)) < 2: raise ValueError("the knob needs at least 2 distinct values for a slope")
+    xc = x - x.mean()
+    return [float(v) for v in (e - e.mean(axis=1, keepdims=True)) @ xc/(xc @ xc)]
+
 # %% ../nbs/00c_claims.ipynb #0795bd10
-_ID = re.compile(r"^C\d+[a-z]?$")
+_ID = re.compile(r"^C\d+[a-z]?\d*(@[\w.+=-]+)?$")
+ROLES = ("", "thesis", "novelty", "baseline", "shortcut", "other")
 
 def _finite(name:str, v:Any, none_ok:bool=False):
     if v is None and none_ok: return None
@@ -180,103 +264,248 @@ def _finite(name:str, v:Any, none_ok:bool=False):
                          "and say so in the statement")
     return v
 
+def _knob(name:str, v)->dict|None:
+    "A regime or budget as {'knob': name, 'value': v}, from a (name, value) pair or such a dict."
+    if v is None: return None
+    if isinstance(v, dict) and set(v) == {"knob", "value"}: k, x = v["knob"], v["value"]
+    elif isinstance(v, (tuple, list)) and len(v) == 2: k, x = v
+    else: raise ValueError(f"{name} must be a (knob name, value) pair such as ('gamma', 2.0), got {v!r}")
+    if not isinstance(k, str) or not k: raise ValueError(f"{name}: the knob's name must be a non-empty string, got {k!r}")
+    if hasattr(x, "item"): x = x.item()
+    if not isinstance(x, (int, float, str)) or isinstance(x, bool): raise ValueError(f"{name}: the value must be a number or a string, got {x!r}")
+    return {"knob": k, "value": x}
+
 @dataclass
 class Claim:
-    "One claim of a method's spec, measured in this run against its baseline."
-    id: str                        # "C1", "C2", ... as in the method's spec
+    "One claim of a method's spec, measured in this run against its baseline, with its verdict."
+    id: str                        # "C1", "C2b", ... as in the method's spec; "C2@4" for C2 at one point of a regime or budget
     statement: str                 # one line: what is claimed and how it was checked
     metric: str                    # what `ours` and `baseline` measure, with units
     ours: float|None = None        # our value (mean over units); computed from `ours_values` when those are given
     baseline: float|None = None    # the baseline's value, same data, seeds and budget (or one number for every unit)
     higher_is_better: bool = True  # direction of `metric`
-    n_seeds: int = 1               # paired units (seeds or items) behind `ours` and `baseline`
-    holds: bool|None = None        # None: decided by `rule` on the CI, or ours better than baseline without values
+    n_seeds: int = 1               # independent units (seeds, cohorts, ...) behind `ours` and `baseline`
+    holds: bool|None = None        # computed: the verdict is "held" (records made before verdicts: the CI rule)
     paper: float|None = None       # the paper's value of `metric`, where it has one
     paper_baseline: float|None = None # the paper's value for the baseline, where it has one
     run: bool = True               # False: not run at this scale (e.g. a full-scale claim in a smoke run)
-    note: str = ""                 # anything a reader needs: why it fails, what the units are
+    note: str = ""                 # anything a reader needs: why it fails, what would decide it
     ours_values: list|None = None  # our value on each unit (seed or item)
     baseline_values: list|None = None # the baseline's value on the same units
-    rule: str = "better"           # "better", "not_worse" or "equivalent": how the CI decides `holds`
-    margin: float = 0.0            # m of the rules "not_worse" and "equivalent", in the metric's units
+    rule: str = "better"           # "better", "not_worse" or "equivalent"
+    margin: float = 0.0            # the margin of "not_worse" and "equivalent"; set from `sesoi` (records before verdicts: alone)
     effect: float|None = None      # mean paired effect, signed so that > 0 favours ours (computed)
     se: float|None = None          # its standard error (computed)
-    ci_low: float|None = None      # its 95 % paired bootstrap CI (computed)
+    ci_low: float|None = None      # its 95 % CI (computed: paired t below 30 units, percentile bootstrap from 30)
     ci_high: float|None = None
     wins: int|None = None          # units where ours is strictly better (computed)
+    sesoi: float|None = None       # smallest effect of interest, > 0, in the metric's units; required to compare
+    sesoi_source: str = ""         # where the sesoi comes from: the paper's gain scaled to our metric, or a stated rule
+    unit: str = "seed"             # what one independent unit is: "seed", "item", "cohort", "profile", ...
+    cluster: list|None = None      # the independent unit of each value, when values are items from several seeds
+    n_items: int|None = None       # values behind the claim (computed; more than `n_seeds` when clustered)
+    ci_method: str|None = None     # "t", "bootstrap", "cluster t" or "cluster bootstrap" (computed)
+    p_value: float|None = None     # two-sided sign-flip permutation p-value of the effect (computed)
+    role: str = ""                 # "thesis", "novelty", "baseline", "shortcut" or "" (the report's thesis line)
+    regime: dict|None = None       # ("knob", value): where on the mechanism's knob this point is measured
+    budget: dict|None = None       # ("knob", value): the budget this point is measured at
+    shortcut: str = ""             # name of the shortcut control: the simplest thing that could exploit the testbed
+    shortcut_values: list|float|None = None # the shortcut on the same units (or one number for every unit)
+    shortcut_mean: float|None = None     # the shortcut's mean (computed)
+    shortcut_effect: float|None = None   # ours minus the shortcut, signed like `effect` (computed)
+    shortcut_ci_low: float|None = None   # its CI (computed)
+    shortcut_ci_high: float|None = None
+    shortcut_p: float|None = None        # its sign-flip p-value (computed)
+    verdict: str|None = None       # "held", "refuted" or "inconclusive" (computed); None: a comparison without a sesoi
 
-    def __post_init__(self):
-        if not isinstance(self.id, str) or not _ID.match(self.id): raise ValueError(f"claim id must look like 'C1' or 'C2b', got {self.id!r}")
-        for k in ("statement", "metric"):
-            if not isinstance(getattr(self, k), str) or not getattr(self, k).strip(): raise ValueError(f"claim {self.id}: `{k}` must be a non-empty string")
-        if not isinstance(self.higher_is_better, bool): raise TypeError(f"claim {self.id}: higher_is_better must be True or False")
-        if not isinstance(self.run, bool): raise TypeError(f"claim {self.id}: run must be True or False")
-        if self.rule not in RULES: raise ValueError(f"claim {self.id}: rule must be one of {RULES}, got {self.rule!r}")
-        self.margin = _finite(f"claim {self.id}: margin", self.margin)
-        for k in ("paper", "paper_baseline"): setattr(self, k, _finite(f"claim {self.id}: {k}", getattr(self, k), none_ok=True))
-        if not self.run:
-            if self.ours is not None or self.holds is not None or self.ours_values is not None:
-                raise ValueError(f"claim {self.id}: a claim with run=False has no `ours`, `ours_values` or `holds`")
-            self.baseline = _finite(f"claim {self.id}: baseline", self.baseline, none_ok=True)
-            return
-        if self.ours_values is not None: self._from_values()
-        if isinstance(self.n_seeds, bool) or not isinstance(self.n_seeds, int) or self.n_seeds < 1:
-            raise ValueError(f"claim {self.id}: n_seeds must be an integer >= 1, got {self.n_seeds!r}")
-        self.ours = _finite(f"claim {self.id}: ours", self.ours)
+    def __post_init__(self): self._validate()
+
+# %% ../nbs/00c_claims.ipynb #75b7c6db
+@patch
+def _validate(self:Claim):
+    "Check every field, then compute the statistics, the shortcut comparison and the verdict."
+    if not isinstance(self.id, str) or not _ID.match(self.id):
+        raise ValueError(f"claim id must look like 'C1', 'C2b' or 'C2@4' (C2 at one knob value), got {self.id!r}")
+    for k in ("statement", "metric"):
+        if not isinstance(getattr(self, k), str) or not getattr(self, k).strip(): raise ValueError(f"claim {self.id}: `{k}` must be a non-empty string")
+    if not isinstance(self.higher_is_better, bool): raise TypeError(f"claim {self.id}: higher_is_better must be True or False")
+    if not isinstance(self.run, bool): raise TypeError(f"claim {self.id}: run must be True or False")
+    if self.rule not in RULES: raise ValueError(f"claim {self.id}: rule must be one of {RULES}, got {self.rule!r}")
+    if self.role not in ROLES: raise ValueError(f"claim {self.id}: role must be one of {ROLES}, got {self.role!r}")
+    if not isinstance(self.unit, str) or not self.unit: raise ValueError(f"claim {self.id}: unit must name the independent unit, e.g. 'seed'")
+    self.margin = _finite(f"claim {self.id}: margin", self.margin)
+    self.sesoi = _finite(f"claim {self.id}: sesoi", self.sesoi, none_ok=True)
+    if self.rule != "better":                                   # the margin is the smallest effect of interest
+        if self.sesoi is not None and self.margin == 0: self.margin = self.sesoi
+        elif self.sesoi is not None and self.sesoi != self.margin:
+            raise ValueError(f"claim {self.id}: for rule {self.rule!r} the margin is the sesoi; pass one of them")
+    if self.sesoi is not None and not self.sesoi > 0:
+        raise ValueError(f"claim {self.id}: sesoi must be > 0 in the metric's units, got {self.sesoi}")
+    self.regime, self.budget = _knob(f"claim {self.id}: regime", self.regime), _knob(f"claim {self.id}: budget", self.budget)
+    if self.verdict is not None and self.verdict not in VERDICTS:
+        raise ValueError(f"claim {self.id}: verdict must be one of {VERDICTS}, got {self.verdict!r}")
+    for k in ("paper", "paper_baseline"): setattr(self, k, _finite(f"claim {self.id}: {k}", getattr(self, k), none_ok=True))
+    if not self.run:
+        if self.ours is not None or self.holds is not None or self.ours_values is not None:
+            raise ValueError(f"claim {self.id}: a claim with run=False has no `ours`, `ours_values` or `holds`")
         self.baseline = _finite(f"claim {self.id}: baseline", self.baseline, none_ok=True)
-        if self.holds is None:
-            if self.ci_low is not None: self.holds = claim_holds(self.ci_low, self.ci_high, self.rule, self.margin)
-            elif self.baseline is None: raise ValueError(f"claim {self.id}: without a baseline value, pass `holds` explicitly")
-            else: self.holds = self.ours > self.baseline if self.higher_is_better else self.ours < self.baseline
-        if hasattr(self.holds, "item"): self.holds = self.holds.item()
-        if not isinstance(self.holds, bool): raise TypeError(f"claim {self.id}: holds must be True or False, got {self.holds!r}")
+        return
+    if self.ours_values is not None: self._from_values()
+    elif self.cluster is not None: raise ValueError(f"claim {self.id}: `cluster` labels the values in `ours_values`; pass those")
+    if isinstance(self.n_seeds, bool) or not isinstance(self.n_seeds, int) or self.n_seeds < 1:
+        raise ValueError(f"claim {self.id}: n_seeds must be a positive integer, got {self.n_seeds!r}")
+    self.ours = _finite(f"claim {self.id}: ours", self.ours)
+    self.baseline = _finite(f"claim {self.id}: baseline", self.baseline, none_ok=True)
+    self._shortcut()
+    self._decide()
 
-    def _from_values(self):
-        "Means, paired effect, CI and wins from `ours_values` and `baseline_values` (skipped when already computed)."
-        self.ours_values = [float(x) for x in _values(f"claim {self.id}: ours_values", self.ours_values)]
-        if self.baseline_values is not None:
-            self.baseline_values = [float(x) for x in _values(f"claim {self.id}: baseline_values", self.baseline_values)]
-        if self.ci_low is not None: return                       # read back from a ledger file
-        if self.ours is not None: raise ValueError(f"claim {self.id}: pass `ours_values` or `ours`, not both")
-        if self.baseline_values is None and self.baseline is None:
-            raise ValueError(f"claim {self.id}: `ours_values` needs `baseline_values` (same units) or one `baseline` number")
-        if self.baseline_values is not None and self.baseline is not None:
-            raise ValueError(f"claim {self.id}: pass `baseline_values` or `baseline`, not both")
-        try: s = paired_stats(self.ours_values, self.baseline_values if self.baseline_values is not None else self.baseline,
-                              self.higher_is_better)
-        except ValueError as e: raise ValueError(f"claim {self.id}: {e}") from None
-        self.ours, self.baseline, self.n_seeds = s["ours"], s["baseline"], s["n"]
-        self.effect, self.se, self.ci_low, self.ci_high, self.wins = s["effect"], s["se"], s["ci_low"], s["ci_high"], s["wins"]
+@patch
+def _from_values(self:Claim):
+    "Means, paired effect, CI, p-value and wins from `ours_values` and `baseline_values` (skipped when read back)."
+    self.ours_values = [float(x) for x in _values(f"claim {self.id}: ours_values", self.ours_values)]
+    if self.baseline_values is not None:
+        self.baseline_values = [float(x) for x in _values(f"claim {self.id}: baseline_values", self.baseline_values)]
+    if self.cluster is not None:
+        self.cluster = [c.item() if hasattr(c, "item") else c for c in self.cluster]
+    if self.ci_low is not None: return                       # read back from a ledger file
+    if self.ours is not None: raise ValueError(f"claim {self.id}: pass `ours_values` or `ours`, not both")
+    if self.baseline_values is None and self.baseline is None:
+        raise ValueError(f"claim {self.id}: `ours_values` needs `baseline_values` (same units) or one `baseline` number")
+    if self.baseline_values is not None and self.baseline is not None:
+        raise ValueError(f"claim {self.id}: pass `baseline_values` or `baseline`, not both")
+    try: s = paired_stats(self.ours_values, self.baseline_values if self.baseline_values is not None else self.baseline,
+                          self.higher_is_better, cluster=self.cluster)
+    except ValueError as e: raise ValueError(f"claim {self.id}: {e}") from None
+    self.ours, self.baseline, self.n_seeds, self.n_items = s["ours"], s["baseline"], s["n"], s["n_items"]
+    self.effect, self.se, self.ci_low, self.ci_high, self.wins = s["effect"], s["se"], s["ci_low"], s["ci_high"], s["wins"]
+    self.ci_method, self.p_value = s["ci_method"], s["p_value"]
 
-    @property
-    def status(self)->str:
-        "\"held\", \"not held\" or \"not run\"."
-        return "not run" if not self.run else "held" if self.holds else "not held"
+# %% ../nbs/00c_claims.ipynb #53cddb53
+@patch
+def _shortcut(self:Claim):
+    "Ours against the shortcut control on the same units: its mean, the effect over it, its CI and p-value."
+    if self.shortcut_values is None:
+        if self.shortcut and self.shortcut_mean is None: raise ValueError(f"claim {self.id}: shortcut {self.shortcut!r} needs `shortcut_values`")
+        return
+    if not self.shortcut: raise ValueError(f"claim {self.id}: name the shortcut control (`shortcut=`) whose values these are")
+    if self.shortcut_mean is not None: return                 # read back from a ledger file
+    if np.ndim(self.shortcut_values) == 0:
+        self.shortcut_values = _finite(f"claim {self.id}: shortcut_values", self.shortcut_values)
+    else: self.shortcut_values = [float(x) for x in _values(f"claim {self.id}: shortcut_values", self.shortcut_values)]
+    if self.ours_values is None:                              # a single comparison: no interval
+        if np.ndim(self.shortcut_values) != 0: raise ValueError(f"claim {self.id}: per-unit shortcut values need `ours_values`")
+        self.shortcut_mean = self.shortcut_values
+        self.shortcut_effect = (1.0 if self.higher_is_better else -1.0)*(self.ours - self.shortcut_mean)
+        return
+    try: s = paired_stats(self.ours_values, self.shortcut_values, self.higher_is_better, cluster=self.cluster)
+    except ValueError as e: raise ValueError(f"claim {self.id}: shortcut: {e}") from None
+    self.shortcut_mean, self.shortcut_effect, self.shortcut_p = s["baseline"], s["effect"], s["p_value"]
+    self.shortcut_ci_low, self.shortcut_ci_high = s["ci_low"], s["ci_high"]
+
+@patch
+def _decide(self:Claim):
+    "The verdict from the CI and the sesoi, and `holds` from the verdict (or, without a sesoi, from the old CI rule)."
+    if self.baseline is None:                                  # not a comparison: a checked property
+        if self.verdict is None:
+            if self.holds is None: raise ValueError(f"claim {self.id}: without a baseline value, pass `holds` explicitly")
+            self.verdict = "held" if bool(self.holds) else "refuted"
+    elif self.verdict is None and self.sesoi is not None:
+        if self.ci_low is not None:
+            same = self.ours_values is not None and np.array_equal(
+                np.asarray(self.ours_values), np.broadcast_to(np.asarray(self.baseline_values if self.baseline_values is not None
+                                                                         else self.baseline, dtype=float), (len(self.ours_values),)))
+            self.verdict = verdict(self.ci_low, self.ci_high, self.rule, self.sesoi, self.p_value, degenerate=same)
+        else:                                                  # a single comparison: its point is its interval
+            eff = (1.0 if self.higher_is_better else -1.0)*(self.ours - self.baseline)
+            self.verdict = verdict(eff, eff, self.rule, self.sesoi, degenerate=eff == 0)
+    if self.verdict is not None:
+        if self.holds is not None and bool(self.holds) != (self.verdict == "held"):
+            raise ValueError(f"claim {self.id}: holds={self.holds} contradicts the verdict {self.verdict!r}: "
+                             "drop `holds` and let the CI and the sesoi decide")
+        self.holds = self.verdict == "held"
+    elif self.holds is None:                                   # recorded before the three verdicts
+        if self.ci_low is not None: self.holds = claim_holds(self.ci_low, self.ci_high, self.rule, self.margin)
+        else: self.holds = self.ours > self.baseline if self.higher_is_better else self.ours < self.baseline
+    if hasattr(self.holds, "item"): self.holds = self.holds.item()
+    if not isinstance(self.holds, bool): raise TypeError(f"claim {self.id}: holds must be True or False, got {self.holds!r}")
+
+@patch(as_prop=True)
+def matched_by_shortcut(self:Claim)->bool|None:
+    "True when the shortcut control does as well as ours (ours is not shown better than it); None without a shortcut."
+    if self.shortcut_mean is None: return None
+    if self.shortcut_ci_low is None: return not self.shortcut_effect > 0
+    return not (self.shortcut_ci_low > 0 and (self.shortcut_p is None or self.shortcut_p < 0.05))
+
+@patch(as_prop=True)
+def stem(self:Claim)->str:
+    "The claim's id without its knob value: 'C2' for 'C2@4'."
+    return self.id.split("@")[0]
+
+@patch(as_prop=True)
+def status(self:Claim)->str:
+    "held, held matched by a shortcut, refuted, inconclusive, not run; or held / not held (no sesoi) for older records."
+    if not self.run: return "not run"
+    if self.verdict is None: return ("held" if self.holds else "not held") + " (no sesoi)"
+    if self.verdict == "held" and self.matched_by_shortcut: return "held, matched by a shortcut"
+    return self.verdict
 
 # %% ../nbs/00c_claims.ipynb #101016b0
+_START = dict(time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),   # when a notebook imported the ledger
+              load_avg_1m=round(os.getloadavg()[0], 2))
+VERSIONED = ("torch", "torch-geometric", "diffusers", "transformers", "peft", "numpy", "scipy", "scikit-learn", "pymoo",
+             "joblib")   # libraries whose version can change a method's numbers
+
 def _git(*args, cwd=None)->str|None:
     try: r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError): return None
     return r.stdout.strip() if r.returncode == 0 else None
 
+def library_versions(names:Sequence[str]=VERSIONED)->dict:
+    "The installed version of each library in `names` (None when it is not installed), read without importing it."
+    from importlib.metadata import version, PackageNotFoundError
+    out = {}
+    for n in names:
+        try: out[n] = version(n)
+        except PackageNotFoundError: out[n] = None
+    return out
+
+def cpu_times()->dict:
+    "CPU seconds (user + system) of this process, of its finished (reaped) children, and of its live descendants."
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    live = 0.0
+    try:
+        import psutil
+        for p in psutil.Process().children(recursive=True):   # workers still alive (a joblib pool keeps its workers)
+            try: t = p.cpu_times(); live += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error: pass                           # ended between the listing and the read: then reaped
+    except ImportError: live = None
+    self_s, children_s = me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+    return dict(self_s=round(self_s, 1), children_s=round(children_s, 1), workers_live_s=None if live is None else round(live, 1),
+                total_s=round(self_s + children_s + (live or 0.0), 1))
+
 def provenance(device:str)->dict:
-    "Where and with what a run was made: git commit (and uncommitted changes), device, versions, CPU threads and load."
-    import torch
+    "Where and with what a run was made: commit, device, library versions, threads, CPU time with workers, load at start and end."
     root = _root()
     commit = _git("rev-parse", "HEAD", cwd=root) if root is not None else None
     dirty = None
     if commit is not None:   # tracked files changed, other than the ledger the run itself writes
         st = _git("status", "--porcelain", "--untracked-files=no", cwd=root) or ""
         dirty = any(not l[3:].startswith("results/") for l in st.splitlines() if l.strip())
-    import resource
-    ru = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    return dict(git_commit=commit, git_dirty=dirty, device=device, torch=torch.__version__,
-                python=platform.python_version(), numpy=np.__version__, cpu_threads=torch.get_num_threads(),
+    torch = sys.modules.get("torch")                            # only when the run used it: the ledger itself needs no torch
+    versions, cpu = library_versions(), cpu_times()
+    return dict(git_commit=commit, git_dirty=dirty, device=device, python=platform.python_version(),
+                torch=versions["torch"], numpy=np.__version__, versions=versions,
+                cpu_threads=torch.get_num_threads() if torch is not None else None,
                 cpu_count=os.cpu_count(), machine=platform.machine(),
-                cpu_time_s=round(sum(r.ru_utime + r.ru_stime for r in ru), 1),   # this process and its finished children
-                load_avg_1m=round(os.getloadavg()[0], 2),                         # how busy the machine was at the end
-                cuda=torch.cuda.get_device_name(0) if device.startswith("cuda") and torch.cuda.is_available() else None)
+                cpu_time_self_s=cpu["self_s"], cpu_time_children_s=cpu["children_s"],
+                cpu_time_workers_live_s=cpu["workers_live_s"], cpu_time_total_s=cpu["total_s"],
+                cpu_time_s=cpu["total_s"],                       # the same total, under the name older records used
+                started=_START["time"], load_avg_start_1m=_START["load_avg_1m"],
+                load_avg_1m=round(os.getloadavg()[0], 2),         # how busy the machine was at the end
+                cuda=torch.cuda.get_device_name(0) if torch is not None and device.startswith("cuda") and torch.cuda.is_available() else None)
 
+# %% ../nbs/00c_claims.ipynb #7dd567cf
 def _check_metrics(metrics:dict)->dict:
     if not isinstance(metrics, dict): raise TypeError(f"metrics must be a dict of name -> number/string, got {type(metrics).__name__}")
     out = {}
@@ -298,6 +527,17 @@ def _check_params(params:dict)->dict:
         out[k] = v
     return out
 
+def standard_gaps(claims:Sequence[Claim])->list[str]:
+    "What the claims standard still asks of these claims: a sesoi and its source, shortcut controls, enough units."
+    out = []
+    for c in claims:
+        if not c.run: continue
+        if c.baseline is not None and c.sesoi is None: out.append(f"{c.id}: a comparison without a `sesoi`")
+        if c.sesoi is not None and not c.sesoi_source.strip(): out.append(f"{c.id}: `sesoi_source` does not say where the sesoi comes from")
+        if c.verdict == "held" and c.shortcut_mean is None: out.append(f"{c.id}: held without a shortcut control")
+        if c.role == "thesis" and c.ci_low is not None and c.n_seeds < 10: out.append(f"{c.id}: a thesis on {c.n_seeds} < 10 independent units")
+    return out
+
 def record(slug:str,                    # method slug, e.g. "maspob"
            claims:Sequence[Claim|dict], # the spec's claims measured in this run (dicts are turned into `Claim`s)
            scale:str,                   # "smoke", "full" or "gpu"
@@ -316,6 +556,8 @@ def record(slug:str,                    # method slug, e.g. "maspob"
     if not isinstance(device, str) or not device: raise ValueError("device must be a non-empty string such as 'cpu' or 'cuda'")
     wall = _finite("wall_time_s", wall_time_s)
     if wall < 0: raise ValueError(f"wall_time_s must be >= 0, got {wall}")
+    gaps = standard_gaps(cl)
+    if gaps: warnings.warn(f"{slug}: the claims standard (CONVENTIONS section 7) still asks for: " + "; ".join(gaps), stacklevel=2)
     params = _check_params(dict(params or {}, scale=scale))
     run = run_name(scale, params, notebook_defaults(slug))
     doc = dict(slug=slug, scale=scale, run=run, device=device, wall_time_s=round(wall, 3),
@@ -379,13 +621,30 @@ def _fmt(v)->str:
 
 def _sfmt(v)->str: return "–" if v is None else f"{v:+.3g}"
 
-def _cell(c:dict|None)->str:
+def _pfmt(p)->str: return "–" if p is None else f"{p:.2g}" if p >= 1e-3 else "<0.001"
+
+def _knob_str(c:Claim)->str:
+    k = c.regime or c.budget
+    return "" if k is None else f"{k['knob']} = {k['value']}"
+
+def _cell(c:dict|Claim|None)->str:
+    "One claim at one scale, in words and numbers."
     if c is None: return "not run"
-    cl = Claim(**c)
+    cl = c if isinstance(c, Claim) else Claim(**c)
     if cl.status == "not run": return "not run"
-    s = f"**{cl.status}** {_fmt(cl.ours)} vs {_fmt(cl.baseline)}"
-    if cl.ci_low is not None: s += f"; Δ {_sfmt(cl.effect)} [{_sfmt(cl.ci_low)}, {_sfmt(cl.ci_high)}], wins {cl.wins}/{cl.n_seeds}"
-    else: s += " (no CI)"
+    s = f"**{cl.status}** {_fmt(cl.ours)} vs {_fmt(cl.baseline)}" if cl.baseline is not None else f"**{cl.status}** {_fmt(cl.ours)}"
+    if cl.ci_low is not None:
+        s += f"; Δ {_sfmt(cl.effect)} [{_sfmt(cl.ci_low)}, {_sfmt(cl.ci_high)}]"
+        s += f" ({cl.ci_method}, " if cl.ci_method else " ("
+        s += (f"{cl.n_seeds} {cl.unit}s" if cl.ci_method else f"n {cl.n_seeds}")   # older records do not name their unit
+        s += f", {cl.n_items} items" if cl.n_items and cl.n_items != cl.n_seeds else ""
+        s += f", p {_pfmt(cl.p_value)}" if cl.p_value is not None else ""
+        s += f", wins {cl.wins}/{cl.n_seeds})"
+    elif cl.baseline is not None: s += " (no CI)"
+    if cl.sesoi is not None: s += f"; sesoi {_fmt(cl.sesoi)}"
+    if cl.shortcut_mean is not None:
+        s += f"; shortcut *{cl.shortcut}* {_fmt(cl.shortcut_mean)}"
+        if cl.shortcut_ci_low is not None: s += f" (ours − shortcut {_sfmt(cl.shortcut_effect)} [{_sfmt(cl.shortcut_ci_low)}, {_sfmt(cl.shortcut_ci_high)}])"
     return s
 
 def _paper(c:dict)->str:
@@ -396,6 +655,21 @@ def _paper(c:dict)->str:
 def _scales_present(d:Path)->list[str]:
     "smoke and full always; gpu only when some method has a gpu run."
     return [s for s in SCALES if s != "gpu" or any(d.glob("*.gpu.json"))]
+
+def _id_key(cid:str):
+    stem, _, at = cid.partition("@")
+    num = re.sub(r"\D.*", "", stem[1:])
+    try: at_key = (0, float(at))
+    except ValueError: at_key = (1, at)
+    return (int(num) if num else 0, stem, at_key)
+
+def claims_of(slug:str,                   # method slug
+              scale:str="full",           # which default run
+              results:str|Path|None=None, # ledger folder; default `results_dir()`
+             )->list[Claim]:              # its claims in id order (empty when not recorded)
+    "The claims of a method's recorded default run, as `Claim` objects."
+    doc = load_record(slug, scale, results)
+    return sorted((Claim(**c) for c in (doc or {}).get("claims", [])), key=lambda c: _id_key(c.id))
 
 def report_rows(results:str|Path|None=None)->list[dict]:
     "Rows of the report: one per (method, claim), with its verdict at each scale (default runs only)."
@@ -409,60 +683,158 @@ def report_rows(results:str|Path|None=None)->list[dict]:
         if not by_id:
             rows.append(dict(n=num, slug=slug, title=title, claim="–", statement="no results recorded yet",
                              paper="–", **{s: "not run" for s in scales})); continue
-        for cid in sorted(by_id, key=lambda x: (int(re.sub(r"\D", "", x)), x)):
+        for cid in sorted(by_id, key=_id_key):
             cs = by_id[cid]; first = cs.get("full") or cs.get("gpu") or cs.get("smoke")
             rows.append(dict(n=num, slug=slug, title=title, claim=cid, statement=first["statement"], paper=_paper(first),
                              **{s: _cell(cs.get(s)) for s in scales}))
     return rows
 
-# %% ../nbs/00c_claims.ipynb #f0ca5507
-_COLORS = {"held": "#1a7f37", "not held": "#cf222e", "not run": "#8c959f"}
+def thesis_line(slug:str,                   # method slug
+                scale:str="full",           # which default run
+                results:str|Path|None=None, # ledger folder; default `results_dir()`
+               )->str:                      # one line of Markdown
+    "What became of the paper's thesis in the run: the verdicts of the claims marked `role=\"thesis\"`."
+    cl = [c for c in claims_of(slug, scale, results) if c.run]
+    if not cl: return f"no {scale} run recorded"
+    th = [c for c in cl if c.role == "thesis"]
+    if not th:
+        c = cl[0]
+        return f"no claim is marked as the thesis (a record made before the three verdicts); {c.id}: {_cell(c)}"
+    by_stem = {}
+    for c in th: by_stem.setdefault(c.stem, []).append(c)
+    parts = []
+    for stem, cs in by_stem.items():
+        if len(cs) == 1: parts.append(f"{cs[0].id}, {cs[0].metric}: {_cell(cs[0])}"); continue
+        knob = (cs[0].regime or cs[0].budget or {}).get("knob", "its points")
+        groups = {st: [c for c in cs if c.status == st] for st in _COLORS if any(c.status == st for c in cs)}
+        parts.append(f"{stem} along {knob}, {cs[0].metric}: " + "; ".join(
+            f"{st} at {', '.join(str((c.regime or c.budget or {}).get('value', c.id)) for c in v)}" for st, v in groups.items()))
+    return " · ".join(parts)
 
-def forest_plot(results:str|Path|None=None, # ledger folder; default `results_dir()`
-                scale:str="full",           # which default runs to plot
-               ):                           # a matplotlib Figure
-    "One row per claim: the paired effect (ours − baseline, > 0 favours ours) with its 95 % CI, coloured by verdict."
-    import matplotlib; import matplotlib.pyplot as plt
-    check_scale(scale)
-    d, items = results_dir(results), []
-    for slug in METHODS:
-        doc = load_record(slug, scale, d)
-        for c in (doc or {}).get("claims", []): items.append((slug, Claim(**c)))
-    h = max(2.0, 0.32*len(items) + 1.2)
-    fig, ax = plt.subplots(figsize=(11, h))
-    if not items:
-        ax.text(0.5, 0.5, f"no claims recorded at scale={scale}", ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off(); return fig
-    prev = None
-    for i, (slug, c) in enumerate(items):
-        y = -i
-        if prev is not None and slug != prev: ax.axhline(y + 0.5, color="#d0d7de", lw=0.8)
-        prev = slug
-        col = _COLORS[c.status]
-        if c.status == "not run": label = "not run"
-        elif c.baseline is None: label = f"{c.status}: {_fmt(c.ours)} (no baseline)"
+# %% ../nbs/00c_claims.ipynb #f0ca5507
+_COLORS = {"held": "#1a7f37", "held, matched by a shortcut": "#bf8700", "refuted": "#cf222e", "inconclusive": "#6e7781",
+           "held (no sesoi)": "#7fbf8e", "not held (no sesoi)": "#e6959a", "not run": "#d0d7de"}
+_MARKERS = {"better": "o", "not_worse": "s", "equivalent": "D"}
+
+def _scaled(c:Claim)->tuple|None:
+    "(effect, low, high) divided by the sesoi, or None without a sesoi or an effect."
+    if c.sesoi is None or c.baseline is None or not c.run: return None
+    eff = c.effect if c.effect is not None else (1 if c.higher_is_better else -1)*(c.ours - c.baseline)
+    lo, hi = (c.ci_low, c.ci_high) if c.ci_low is not None else (eff, eff)
+    return eff/c.sesoi, lo/c.sesoi, hi/c.sesoi
+
+def _guides(ax):
+    ax.set_xscale("symlog", linthresh=1.0); ax.set_xlim(-60, 60)
+    ax.axvline(0, color="black", lw=0.9)
+    for x, ls in ((1, ":"), (-1, ":")): ax.axvline(x, color="#57606a", lw=0.8, ls=ls)
+    ax.set_xticks([-30, -10, -3, -1, 0, 1, 3, 10, 30], ["−30", "−10", "−3", "−1", "0", "1", "3", "10", "30"])
+
+def _row_label(c:Claim)->str:
+    "The numbers beside a row: the paired effect and its CI in the metric's units (the tables give the rest)."
+    if c.ci_low is None: return f"Δ {_sfmt((1 if c.higher_is_better else -1)*(c.ours - c.baseline))}"
+    return f"Δ {_sfmt(c.effect)} [{_sfmt(c.ci_low)}, {_sfmt(c.ci_high)}]"
+
+def _forest(ax, cl:list, scaled:bool):
+    "One row per claim on `ax`: effect / sesoi (scaled) or effect / the largest end of its CI (claims without a sesoi)."
+    for i, c in enumerate(cl):
+        y, col = -i, _COLORS[c.status]
+        if scaled: x, lo, hi = _scaled(c)
         else:
             eff = c.effect if c.effect is not None else (1 if c.higher_is_better else -1)*(c.ours - c.baseline)
             lo, hi = (c.ci_low, c.ci_high) if c.ci_low is not None else (eff, eff)
-            w = max(abs(lo), abs(hi), abs(eff)) or 1.0          # each row on its own scale: metrics differ in units
-            ax.errorbar(eff/w, y, xerr=[[max(eff - lo, 0)/w], [max(hi - eff, 0)/w]], fmt="o", color=col, capsize=3,
-                        mfc=col if c.ci_low is not None else "white")
-            label = f"{_fmt(c.ours)} vs {_fmt(c.baseline)}; Δ {_sfmt(eff)}" + (f" [{_sfmt(lo)}, {_sfmt(hi)}]" if c.ci_low is not None else " (no CI)")
-        ax.text(1.08, y, label, va="center", fontsize=8, color=col, transform=ax.get_yaxis_transform())
-    ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks([-i for i in range(len(items))], [f"{s} {c.id}" for s, c in items], fontsize=8)
-    ax.set_xlim(-1.15, 1.15); ax.set_ylim(-len(items) + 0.4, 0.6)
-    ax.set_xlabel("paired effect / largest |end| of its 95 % CI  (> 0: ours better; filled: CI, hollow: single comparison)")
-    ax.set_title(f"Every claim at scale={scale}: " + ", ".join(f"{sum(c.status == st for _, c in items)} {st}" for st in _COLORS))
-    handles = [matplotlib.lines.Line2D([], [], marker="o", ls="", color=v, label=k) for k, v in _COLORS.items()]
-    ax.legend(handles=handles, loc="lower left", fontsize=8, frameon=False)
-    fig.subplots_adjust(left=0.2, right=0.62)
+            w = max(abs(lo), abs(hi), abs(eff)) or 1.0
+            x, lo, hi = eff/w, lo/w, hi/w
+        ax.plot(np.clip([lo, hi], -59, 59), [y, y], color=col, lw=2)
+        ax.plot([np.clip(x, -59, 59)], [y], marker=_MARKERS[c.rule], color=col, ms=7)
+        ax.text(1.02, y, _row_label(c), transform=ax.get_yaxis_transform(), va="center", fontsize=8.5, color=col)
+    ax.set_yticks([-i for i in range(len(cl))], [c.id for c in cl], fontsize=9)
+    ax.set_ylim(-len(cl) + 0.4, 0.6)
+    if scaled:
+        _guides(ax)
+        ax.set_xlabel("effect / sesoi  (1: the smallest effect of interest; > 0: ours better)", fontsize=9)
+    else:
+        ax.axvline(0, color="black", lw=0.9); ax.set_xlim(-1.15, 1.15)
+        ax.set_xlabel("effect / the largest end of its CI  (no sesoi recorded; > 0: ours better)", fontsize=9)
+
+def method_plot(claims:str|Sequence[Claim],     # a method slug (its recorded run is read) or the claims of a run
+                scale:str="full",               # which default run, when `claims` is a slug
+                results:str|Path|None=None,     # ledger folder; default `results_dir()`
+               ):                               # a matplotlib Figure
+    "One method's claims: effect / sesoi with its CI per claim, and the effect along each regime or budget knob."
+    import matplotlib.pyplot as plt
+    title = f"{claims} ({scale})" if isinstance(claims, str) else "claims of this run"
+    cl = [c for c in (claims_of(claims, scale, results) if isinstance(claims, str) else claims) if c.run]
+    rows = [c for c in cl if _scaled(c) is not None]
+    old = [c for c in cl if _scaled(c) is None and c.baseline is not None]
+    curves = {}
+    for c in cl:
+        k = c.regime or c.budget
+        if k is not None and c.ci_low is not None: curves.setdefault((c.stem, k["knob"]), []).append(c)
+    curves = {k: v for k, v in curves.items() if len(v) >= 2}
+    panels = [(p, s) for p, s in ((rows, True), (old, False)) if p] or [([], True)]
+    fig = plt.figure(figsize=(7.2, 1.4 + 0.3*sum(max(len(p), 1) + 2 for p, _ in panels) + (3.0 if curves else 0)),
+                     constrained_layout=True)
+    grid = fig.add_gridspec(len(panels) + bool(curves), 1, height_ratios=[max(len(p), 1) + 2 for p, _ in panels] + ([10] if curves else []))
+    for k, (p, scaled) in enumerate(panels):
+        ax = fig.add_subplot(grid[k, 0]); _forest(ax, p, scaled)
+        if k == 0: ax.set_title(f"{title}: " + status_summary(cl), fontsize=9.5)
+    if curves:
+        gs = grid[len(panels), 0].subgridspec(1, max(2, len(curves)))   # one curve takes half the width
+        for j, ((stem, knob), pts) in enumerate(sorted(curves.items())):
+            axc = fig.add_subplot(gs[0, j])
+            vals = [(c.regime or c.budget)["value"] for c in pts]
+            numeric = all(isinstance(v, (int, float)) for v in vals)
+            order = sorted(range(len(pts)), key=lambda i: vals[i] if numeric else i)
+            xs = np.array([vals[i] if numeric else n for n, i in enumerate(order)], dtype=float); pts = [pts[i] for i in order]
+            eff, lo, hi = (np.array([getattr(c, a) for c in pts]) for a in ("effect", "ci_low", "ci_high"))
+            axc.errorbar(xs, eff, yerr=[eff - lo, hi - eff], color="#57606a", capsize=3, lw=1, zorder=1)
+            for xv, c in zip(xs, pts): axc.plot([xv], [c.effect], "o", color=_COLORS[c.status], ms=8, zorder=3)
+            if pts[0].sesoi is not None: axc.axhline(pts[0].sesoi, color="#57606a", ls=":", lw=0.8)
+            axc.axhline(0, color="black", lw=0.8)
+            if not numeric: axc.set_xticks(xs, [str((c.regime or c.budget)["value"]) for c in pts])
+            axc.set_xlabel(knob); axc.set_ylabel(f"effect ({pts[0].metric})" if j == 0 else "", fontsize=8)
+            axc.set_title(f"{stem} along {knob} (dotted: sesoi)", fontsize=9)
+    return fig
+
+def summary_plot(scale:str="full",             # which default runs
+                 results:str|Path|None=None,   # ledger folder; default `results_dir()`
+                ):                             # a matplotlib Figure
+    "Every claim that has a sesoi, on one axis: effect / sesoi with its CI, one row per method, coloured by verdict."
+    import matplotlib; import matplotlib.pyplot as plt
+    check_scale(scale)
+    d = results_dir(results)
+    per = {slug: claims_of(slug, scale, d) for slug in METHODS}
+    fig, ax = plt.subplots(figsize=(7.2, 8.4), constrained_layout=True)
+    n_old = sum(c.run and c.baseline is not None and c.sesoi is None for cl in per.values() for c in cl)
+    for r, (slug, cl) in enumerate(per.items()):
+        pts = [(c, _scaled(c)) for c in cl if _scaled(c) is not None]
+        if r % 2 == 0: ax.axhspan(-r - 0.5, -r + 0.5, color="#f6f8fa", zorder=0)
+        for j, (c, (x, lo, hi)) in enumerate(pts):
+            y = -r + (0.0 if len(pts) == 1 else 0.7*(j/(len(pts) - 1) - 0.5))
+            col = _COLORS[c.status]
+            ax.plot(np.clip([lo, hi], -59, 59), [y, y], color=col, lw=1.6, alpha=0.9)
+            ax.plot([np.clip(x, -59, 59)], [y], marker=_MARKERS[c.rule], color=col, ms=6)
+    _guides(ax)
+    ax.set_yticks([-r for r in range(len(per))], [f"{METHODS[s][0]:02d} {s}" for s in per], fontsize=9)
+    ax.set_ylim(-len(per) + 0.4, 0.6)
+    ax.set_xlabel("effect / sesoi  (0: no effect; 1: the smallest effect\nthe paper would care about; > 0: ours better)", fontsize=9)
+    counts = {}
+    for cl in per.values():
+        for c in cl:
+            if c.run and _scaled(c) is not None: counts[c.status] = counts.get(c.status, 0) + 1
+    ax.set_title(f"Claims with a sesoi, scale={scale}: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "none yet")
+                 + (f"\n({n_old} comparisons recorded before the three verdicts\nhave no sesoi and are not on this axis)" if n_old else ""),
+                 fontsize=9.5)
+    handles = [matplotlib.lines.Line2D([], [], marker="o", ls="", color=_COLORS[k], label=k) for k in
+               ("held", "held, matched by a shortcut", "refuted", "inconclusive")]
+    handles += [matplotlib.lines.Line2D([], [], marker=m, ls="", color="#57606a", mfc="white", label=f"rule {k}") for k, m in _MARKERS.items()]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8.5, frameon=False)
     return fig
 
 # %% ../nbs/00c_claims.ipynb #38f61c38
 def _runs_table(d:Path)->list[str]:
-    lines = ["| # | method | run | wall time | device | CPU threads | commit | parameters that differ from the defaults |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| # | method | run | wall time | CPU time (with workers) | load start → end | device | threads | commit | "
+             "parameters that differ from the defaults |", "|---|---|---|---|---|---|---|---|---|---|"]
     for slug, (num, _) in METHODS.items():
         for name in runs(slug, d):
             scale, _, tag = name.partition(".")
@@ -471,38 +843,85 @@ def _runs_table(d:Path)->list[str]:
             dflt = notebook_defaults(slug)
             diff = {k: v for k, v in params.items() if k not in _NOT_NAMING and dflt is not None and dflt.get(k, object()) != v}
             commit = (pv.get("git_commit") or "–")[:8] + (" (uncommitted changes)" if pv.get("git_dirty") else "")
-            lines.append(f"| {num:02d} | {slug} | {name} | {doc['wall_time_s']/60:.1f} min | {doc['device']} | "
+            cpu = pv.get("cpu_time_total_s")
+            cpu = f"{cpu/60:.1f} min" if cpu is not None else (f"{pv['cpu_time_s']/60:.1f} min (main process only)"
+                                                              if pv.get("cpu_time_s") is not None else "–")
+            load = (f"{pv['load_avg_start_1m']:.1f} → " if pv.get("load_avg_start_1m") is not None else "") + _fmt(pv.get("load_avg_1m"))
+            lines.append(f"| {num:02d} | {slug} | {name} | {doc['wall_time_s']/60:.1f} min | {cpu} | {load} | {doc['device']} | "
                          f"{pv.get('cpu_threads', '–')} | {commit} | {', '.join(f'{k}={v!r}' for k, v in diff.items()) or '–'} |")
     return lines
 
+_VERDICT_WORDS = ("held", "held, matched by a shortcut", "refuted", "inconclusive", "held (no sesoi)", "not held (no sesoi)", "not run")
+
+def verdict_counts(results:str|Path|None=None, # ledger folder; default `results_dir()`
+                   scale:str="full",           # which default runs
+                  )->dict:                     # status -> number of claims
+    "How many claims of the default runs at `scale` have each status."
+    d, out = results_dir(results), {k: 0 for k in _VERDICT_WORDS}
+    for slug in METHODS:
+        for c in claims_of(slug, scale, d): out[c.status] += 1
+    return out
+
+def status_summary(claims:Sequence[Claim])->str:
+    "A short line of a run's verdicts, e.g. '3 held (1 matched by a shortcut), 2 refuted, 1 inconclusive, 1 not run'."
+    st = [c.status for c in claims]
+    held, matched = sum(s.startswith("held") and "no sesoi" not in s for s in st), st.count("held, matched by a shortcut")
+    parts = [f"{held} held" + (f" ({matched} matched by a shortcut)" if matched else "")] if held else []
+    parts += [f"{st.count(k)} {k}" for k in ("refuted", "inconclusive") if st.count(k)]
+    old = st.count("held (no sesoi)") + st.count("not held (no sesoi)")
+    if old: parts.append(f"{st.count('held (no sesoi)')}/{old} held without a sesoi")
+    if st.count("not run"): parts.append(f"{st.count('not run')} not run")
+    return ", ".join(parts) or "no claims"
+
+def _counts_line(d:Path, scale:str)->str:
+    n = verdict_counts(d, scale)
+    new = ", ".join(f"{n[k]} {k}" for k in ("held", "held, matched by a shortcut", "refuted", "inconclusive"))
+    s = f"**{scale}**: {new}"
+    if n["held (no sesoi)"] + n["not held (no sesoi)"]:
+        s += (f"; {n['held (no sesoi)'] + n['not held (no sesoi)']} recorded before the three verdicts "
+              f"({n['held (no sesoi)']} held, {n['not held (no sesoi)']} not held, no sesoi)")
+    return s + f"; {n['not run']} not run."
+
 def report_markdown(results:str|Path|None=None, # ledger folder; default `results_dir()`
-                    forest:str|None=None,       # image path to show above the table, if any
+                    figures:dict|None=None,     # {"summary": src, slug: src}: images to show (paths or data URIs)
                    )->str:
-    "The report as Markdown: counts, the forest plot, one row per claim, the runs, and the runs with other parameters."
-    d = results_dir(results)
+    "The report as Markdown: verdict counts, each thesis, the summary figure, each method's claims, and the runs."
+    d, figures = results_dir(results), figures or {}
     rows, scales = report_rows(d), _scales_present(d)
     claims = [r for r in rows if r["claim"] != "–"]
+    if not claims: return f"0 of {len(METHODS)} methods have recorded claims. No method notebook has recorded results yet.\n"
     n_meth = len({r["slug"] for r in claims})
-    def count(col, st): return sum(r[col].startswith(f"**{st}**") if st != "not run" else r[col] == "not run" for r in claims)
-    head = (f"{n_meth} of {len(METHODS)} methods have recorded claims. "
-            + ("No method notebook has recorded results yet." if not claims else
-               " ".join(f"{s.capitalize()}: {count(s,'held')} held, {count(s,'not held')} not held, {count(s,'not run')} not run."
-                        for s in scales)))
-    out = [head, ""]
-    if forest: out += [f"![Every claim of the full runs: paired effect and 95 % CI]({forest})", ""]
-    out += ["A verdict reads *ours vs baseline* (means over paired seeds or items), then the paired effect Δ (positive: "
-            "ours better) with its 95 % bootstrap CI and the units where ours won. A claim holds only when its CI "
-            "excludes the null; \"no CI\" marks a single comparison.", ""]
-    out += ["| # | method | claim | statement | " + " | ".join(scales) + " | paper (ours vs baseline) |",
-            "|---|---|---|---|" + "---|"*len(scales) + "---|"]
-    for r in rows:
-        st = r["statement"].replace("|", "\\|")
-        out.append(f"| {r['n']:02d} | {r['slug']} | {r['claim']} | {st} | " + " | ".join(r[s] for s in scales) + f" | {r['paper']} |")
+    out = [f"{n_meth} of {len(METHODS)} methods have recorded claims.", ""]
+    out += ["- " + _counts_line(d, s) for s in scales] + [""]
+    out += ["A claim compares ours with a baseline on the same independent units (seeds, cohorts, ...). Its verdict: "
+            "**held** when the paired 95 % CI of the effect lies above 0 (and the sign-flip test agrees); **refuted** "
+            "when it lies below the smallest effect of interest (*sesoi*) the claim declared; **inconclusive** "
+            "otherwise. A held claim whose shortcut control does as well is **held, matched by a shortcut**: the "
+            "testbed, not the method, decides it. The CI is a paired t interval below 30 units and a percentile "
+            "bootstrap from 30 (clustered by seed where items come from several seeds); p is the exact sign-flip "
+            "permutation p-value.", ""]
+    out += ["## What became of each paper's thesis", "", "| # | method | thesis at full scale |", "|---|---|---|"]
+    for slug, (num, title) in METHODS.items():
+        out.append(f"| {num:02d} | {slug} | {thesis_line(slug, 'full', d).replace('|', '/')} |")
+    out.append("")
+    if "summary" in figures: out += [f"![Every claim with a sesoi, full runs: effect / sesoi and its 95 % CI]({figures['summary']})", ""]
+    out += ["## Claims by method", ""]
+    for slug, (num, title) in METHODS.items():
+        mine = [r for r in rows if r["slug"] == slug]
+        out += [f"### {num:02d} · {title}", ""]
+        if mine and mine[0]["claim"] == "–": out += ["No results recorded yet.", ""]; continue
+        if slug in figures: out += [f"![{slug}: claims of the full run]({figures[slug]})", ""]
+        out += ["| claim | statement | " + " | ".join(scales) + " | paper (ours vs baseline) |",
+                "|---|---|" + "---|"*len(scales) + "---|"]
+        for r in mine:
+            st = r["statement"].replace("|", "\\|")
+            out.append(f"| {r['claim']} | {st} | " + " | ".join(r[s] for s in scales) + f" | {r['paper']} |")
+        out.append("")
     runs_tab = _runs_table(d)
-    if len(runs_tab) > 2: out += ["", "## Runs", "", *runs_tab]
+    if len(runs_tab) > 2: out += ["## Runs", "", *runs_tab]
     named = [r for r in ledger(d) if "." in r["run_name"]]
     if named:
-        out += ["", "## Runs with other parameters", "", "Not part of the table above: each was run with parameters that differ "
+        out += ["", "## Runs with other parameters", "", "Not part of the tables above: each was run with parameters that differ "
                 "from the notebook's defaults (see the runs table).", "",
                 "| method | run | claim | verdict |", "|---|---|---|---|"]
         for r in named:
@@ -510,26 +929,38 @@ def report_markdown(results:str|Path|None=None, # ledger folder; default `result
             out.append(f"| {r['slug']} | {r['run_name']} | {r['id']} | {_cell(c)} |")
     return "\n".join(out) + "\n"
 
-def report(results:str|Path|None=None, # ledger folder; default `results_dir()`
+def _png(fig)->bytes:
+    import io, matplotlib.pyplot as plt
+    buf = io.BytesIO(); fig.savefig(buf, format="png", dpi=100); plt.close(fig)
+    return buf.getvalue()
+
+def report(results:str|Path|None=None,   # ledger folder; default `results_dir()`
            docs_page:str|Path|None=None, # also write a Quarto page here (e.g. nbs/results.qmd)
           )->Path:                       # the REPORT.md written
-    "Gather every recorded claim into `results/REPORT.md` and `results/forest.png` (and optionally a docs page)."
-    import base64, io
-    import matplotlib.pyplot as plt
+    "Gather every recorded claim into `results/REPORT.md`, `results/summary.png` and `results/figures/<slug>.png` (and a docs page)."
+    import base64
     d = results_dir(results)
     if results is not None and not d.is_dir(): raise FileNotFoundError(f"results folder {str(d)!r} does not exist")
     d.mkdir(parents=True, exist_ok=True)
-    fig = forest_plot(d, "full")
-    buf = io.BytesIO(); fig.savefig(buf, format="png", dpi=110, bbox_inches="tight"); plt.close(fig)
-    (d/"forest.png").write_bytes(buf.getvalue())
+    pngs = {"summary": _png(summary_plot("full", d))}
+    for slug in METHODS:
+        if any(c.run for c in claims_of(slug, "full", d)): pngs[slug] = _png(method_plot(slug, "full", d))
+    (d/"summary.png").write_bytes(pngs["summary"])
+    figdir = d/"figures"; figdir.mkdir(exist_ok=True)
+    for old in figdir.glob("*.png"):
+        if old.stem not in pngs: old.unlink()
+    for slug, png in pngs.items():
+        if slug != "summary": (figdir/f"{slug}.png").write_bytes(png)
+    (d/"forest.png").unlink(missing_ok=True)                   # the single forest plot of older reports
+    files = {k: ("summary.png" if k == "summary" else f"figures/{k}.png") for k in pngs}
     out = d/"REPORT.md"
     out.write_text("# Claims report\n\nGenerated by `maspob-etal report` from `results/*.json`; do not edit.\n\n"
-                   + report_markdown(d, forest="forest.png"))
+                   + report_markdown(d, figures=files))
     if docs_page is not None:
-        uri = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+        uris = {k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in pngs.items()}
         Path(docs_page).write_text("---\ntitle: Results\ndescription: Every claim of every method, as last measured\n---\n\n"
-                                   "Each row is one claim of a method's spec, measured against its baseline on the same seeds. "
+                                   "Each claim of a method's spec is measured against its baseline on the same seeds. "
                                    "`smoke` runs are CI-sized (2 CPU cores, about 2 minutes per notebook); `full` runs are the "
-                                   "reproduction, every claim measured on 2 CPU cores in at most 45 minutes per notebook; "
-                                   "`gpu` runs use the paper-sized settings on one GPU.\n\n" + report_markdown(d, forest=uri))
+                                   "reproduction, every claim measured on 2 CPU cores within 80 CPU-minutes per notebook; "
+                                   "`gpu` runs use the paper-sized settings on one GPU.\n\n" + report_markdown(d, figures=uris))
     return out

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from .core import SCALES, check_scale
 from .claims import (METHODS, check_slug, load_record, notebook_name, parameters_cell, project_root, report,
-                                results_dir, run_name, Claim)
+                                results_dir, run_name, status_summary, Claim)
 
 # %% auto #0
 __all__ = ['REPO_URL', 'NO_NOTEBOOKS', 'nbs_dir', 'method_notebooks', 'notebook_parameters', 'parse_param', 'check_params',
@@ -230,9 +230,8 @@ def summary(res:list[dict])->str:
 def _ledger_status(slug:str, scale:str, results=None)->str:
     doc = load_record(slug, scale, results)
     if doc is None: return "not run"
-    st = [Claim(**c).status for c in doc["claims"]]
-    ran = [s for s in st if s != "not run"]
-    return f"{sum(s == 'held' for s in ran)}/{len(ran)} held" if ran else "not run"
+    cl = [Claim(**c) for c in doc["claims"]]
+    return status_summary(cl) if any(c.run for c in cl) else "not run"
 
 def list_methods(nbs:str|Path|None=None, results:str|Path|None=None)->list[dict]:
     "One row per method: number, slug, notebook ('missing', or 'in the repository' outside a checkout) and the ledger's status at each scale."

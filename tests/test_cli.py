@@ -56,7 +56,7 @@ def test_run_list_report_on_a_toy_project(toy_project):
     r = cli("list", "--results", str(out), cwd=toy_project)
     assert r.returncode == 0 and "02_social_choice.ipynb" in r.stdout and "1/1 held" in r.stdout and "missing" in r.stdout
     r = cli("report", "--results", str(out), cwd=toy_project)
-    assert r.returncode == 0 and "**held** 1 vs 0 (no CI)" in (out/"REPORT.md").read_text()
+    assert r.returncode == 0 and "**held (no sesoi)** 1 vs 0 (no CI)" in (out/"REPORT.md").read_text()
 
 def test_params_are_injected_checked_and_named(toy_project):
     out = toy_project/"out"

@@ -68,6 +68,25 @@ def execute_index(proc:Path):
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(proc)}}).execute()
     nbformat.write(nb, p)
 
+def embed_claim_figures(proc:Path):
+    "Show each method's committed full-run claims figure (the report's) on its page, right after the cell that records them."
+    import base64, nbformat
+    from nbformat.v4 import new_markdown_cell
+    from maspob_etal.claims import METHODS, notebook_name, claims_of, method_plot, _png
+    for slug in METHODS:
+        p = proc/notebook_name(slug)
+        if not p.exists() or not any(c.run for c in claims_of(slug, "full", ROOT/"results")): continue
+        nb = nbformat.read(p, as_version=4)
+        if any("method_plot(" in c.source for c in nb.cells if c.cell_type == "code"): continue   # the notebook draws it itself
+        at = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and re.search(r"\brecord\(", c.source)]
+        if not at: continue
+        uri = "data:image/png;base64," + base64.b64encode(_png(method_plot(slug, "full", ROOT/"results"))).decode()
+        nb.cells.insert(at[-1] + 1, new_markdown_cell(
+            "**The committed full run's claims** (`results/" + slug + ".full.json`, as on the [results page](results.qmd)): "
+            "each claim's effect divided by its smallest effect of interest, with its 95 % CI, coloured by verdict.\n\n"
+            f"![{slug}: claims of the committed full run]({uri})"))
+        nbformat.write(nb, p)
+
 def page_names(proc:Path)->dict:
     "{smalldocs page: Quarto page}, e.g. {'05_catq.html': 'catq.html'}, from the `output-file` nbdev writes."
     import nbformat
@@ -183,6 +202,7 @@ def main():
         from maspob_etal.claims import report
         report(docs_page=ROOT/"nbs"/"results.qmd")
     proc = proc_nbs()
+    if not args.readme: embed_claim_figures(proc)
     execute_index(proc)
     write_readme(proc)
     if not args.readme:
