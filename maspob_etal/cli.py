@@ -15,8 +15,9 @@ from .claims import (METHODS, check_slug, load_record, notebook_name, parameters
                                 results_dir, run_name, status_summary, Claim)
 
 # %% auto #0
-__all__ = ['REPO_URL', 'NO_NOTEBOOKS', 'nbs_dir', 'method_notebooks', 'notebook_parameters', 'parse_param', 'check_params',
-           'clean_outputs', 'save_outputs', 'run_notebook', 'run', 'summary', 'list_methods', 'main']
+__all__ = ['REPO_URL', 'NO_NOTEBOOKS', 'CLUSTER_KEYS', 'nbs_dir', 'method_notebooks', 'notebook_parameters', 'parse_param',
+           'check_params', 'clean_outputs', 'save_outputs', 'run_notebook', 'thread_env', 'run_isolated',
+           'cluster_options', 'run', 'summary', 'list_methods', 'main']
 
 # %% ../nbs/00d_cli.ipynb #e017b9aa
 REPO_URL = "https://github.com/maspob-etal/maspob_etal"
@@ -186,6 +187,68 @@ def run_notebook(path:str|Path,          # the notebook to execute
                 run=name, saved=saved)
 
 # %% ../nbs/00d_cli.ipynb #39b7e677
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "MASPOB_THREADS")
+_CHILD = ("import json, resource, sys\nfrom maspob_etal.cli import run_notebook\n"
+          "r = run_notebook(**json.loads(sys.argv[1]))\n"
+          "r['peak_rss_mb'] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024, 1)\n"
+          "print('@@maspob-result ' + json.dumps(r))\n")
+
+def thread_env(threads:int|None)->dict:
+    "Environment variables that cap a notebook kernel's CPU threads (torch, OpenMP, BLAS) at `threads`."
+    return {} if not threads else {k: str(int(threads)) for k in _THREAD_VARS}
+
+def _cores()->int:
+    try: return len(os.sched_getaffinity(0))
+    except AttributeError: return os.cpu_count() or 1
+
+def run_isolated(kwargs:dict,             # keyword arguments of `run_notebook` (JSON-serialisable)
+                 threads:int|None=None,   # CPU threads for the notebook's kernel (None: its own choice)
+                )->dict:                  # run_notebook's dict, plus "peak_rss_mb" of the kernel
+    "Run one notebook in a fresh Python process (so runs can go side by side and its peak memory is its own)."
+    env = dict(os.environ, **thread_env(threads))
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(kwargs, default=str)], env=env, capture_output=True, text=True)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("@@maspob-result "): return json.loads(line[len("@@maspob-result "):])
+    tail = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    return dict(notebook=Path(kwargs["path"]).name, ok=False, seconds=time.perf_counter() - t0,
+                error=f"the runner process failed: {tail}", output=None, run=None, saved=None, peak_rss_mb=None)
+
+def _job(kwargs:dict, threads:int|None)->dict:
+    "What a cluster job runs: cap the threads, then run the notebook in this process."
+    import resource
+    os.environ.update(thread_env(threads))
+    r = run_notebook(**kwargs)
+    r["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024, 1)
+    return r
+
+CLUSTER_KEYS = dict(partition="slurm_partition", account="slurm_account", gpus="gpus_per_node", time_min="timeout_min",
+                    mem_gb="mem_gb", cpus="cpus_per_task")
+
+def cluster_options(config:str|Path|None=None, # a TOML file with a [cluster] table (partition, account, gpus, ...)
+                    **flags,                   # the same keys from the command line; None means "not given"
+                   )->dict:                    # submitit parameters
+    "SLURM settings from a small config file and flags (flags win), as submitit parameters."
+    opts = {}
+    if config is not None:
+        import tomllib
+        p = Path(config)
+        if not p.exists(): raise FileNotFoundError(f"cluster config {str(p)!r} does not exist")
+        opts = tomllib.loads(p.read_text()).get("cluster", {})
+    opts.update({k: v for k, v in flags.items() if v is not None})
+    bad = sorted(set(opts) - set(CLUSTER_KEYS))
+    if bad: raise ValueError(f"unknown cluster setting(s) {', '.join(bad)}; valid: {', '.join(CLUSTER_KEYS)}")
+    return {CLUSTER_KEYS[k]: v for k, v in opts.items()}
+
+def _submitit(executor:str, folder:Path, options:dict, threads:int|None):
+    try: import submitit
+    except ImportError: raise ImportError("cluster runs need submitit: pip install 'maspob_etal[cluster]'") from None
+    ex = submitit.AutoExecutor(folder=str(folder), cluster="slurm" if executor == "slurm" else "local")
+    params = dict(dict(timeout_min=240, cpus_per_task=threads or 1, name="maspob"), **options)
+    if executor != "slurm": params = {k: v for k, v in params.items() if not k.startswith("slurm_")}
+    ex.update_parameters(**params)
+    return ex
+
 def run(slugs:Sequence[str]=(),     # method slugs, e.g. ["maspob", "catq"]
         all:bool=False,             # run every method notebook present
         scale:str="smoke",          # "smoke", "full" or "gpu"
@@ -194,35 +257,66 @@ def run(slugs:Sequence[str]=(),     # method slugs, e.g. ["maspob", "catq"]
         nbs:str|Path|None=None,     # notebooks folder; default the project's nbs/
         params:dict|None=None,      # further parameters to inject, checked against each notebook's parameters cell
         save:bool=False,            # write each default-parameter run's outputs back into its notebook
+        jobs:int=1,                 # notebooks run side by side, each with (cores / jobs) CPU threads
+        executor:str="local",       # "local" (this machine), "slurm" (a SLURM cluster) or "submitit-local" (tests)
+        cluster:dict|None=None,     # submitit parameters for the cluster executors (see `cluster_options`)
+        dry_run:bool=False,         # inject dry_run=True: the notebook's sizes, every loop capped at one or two steps
         echo=print,                 # where progress lines go
        )->list[dict]:
-    "Execute the chosen method notebooks one after the other; returns one result dict per notebook."
+    "Execute the chosen method notebooks, side by side or as cluster jobs; one result dict per notebook, in order."
     check_scale(scale)
     for s in slugs: check_slug(s)
     if params and "scale" in params: raise ValueError("pass the scale with --scale, not -p scale=...")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1: raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    if executor not in ("local", "slurm", "submitit-local"):
+        raise ValueError(f"executor must be 'local', 'slurm' or 'submitit-local', got {executor!r}")
     found = method_notebooks(nbs)
     if all: todo = list(found)
     else:
         todo = list(dict.fromkeys(slugs))
         missing = [s for s in todo if s not in found]
         if missing: raise FileNotFoundError(f"no notebook yet for {', '.join(missing)} in {nbs_dir(nbs)}; present: {', '.join(found) or 'none'}")
-    for slug in todo: check_params(found[slug], dict(params or {}))   # every -p checked before anything runs
+    extra = dict(params or {}, **({"dry_run": True} if dry_run else {}))
+    for slug in todo: check_params(found[slug], extra)   # every -p (and dry_run) checked before anything runs
     out = results_dir(out)
     if not todo: echo("no method notebooks to run"); return []
-    res = []
-    for i, slug in enumerate(todo, 1):
-        echo(f"[{i}/{len(todo)}] {found[slug].name} (scale={scale}) ...")
-        r = run_notebook(found[slug], out, scale=scale, device=device, params=params,
-                         show_progress=sys.stderr.isatty(), save=save)
-        r["slug"] = slug; res.append(r)
-        echo(f"    {'ok' if r['ok'] else 'FAILED'} in {r['seconds']:.1f} s" + ("" if r["ok"] else f": {r['error']}")
-             + (f"; outputs saved in {r['saved']}" if r.get("saved") else ""))
-    return res
+    n, threads = len(todo), (max(1, _cores()//jobs) if jobs > 1 else None)
+    kw = {slug: dict(path=str(found[slug]), out_dir=str(out), scale=scale, device=device, params=extra or None, save=save)
+          for slug in todo}
+    def done(i, slug, r):
+        r["slug"] = slug
+        echo(f"[{i}/{n}] {found[slug].name}: {'ok' if r['ok'] else 'FAILED'} in {r['seconds']:.1f} s"
+             + (f", peak {r['peak_rss_mb']:.0f} MB" if r.get("peak_rss_mb") else "")
+             + ("" if r["ok"] else f": {r['error']}") + (f"; outputs saved in {r['saved']}" if r.get("saved") else ""))
+        return r
+    res = {}
+    if executor == "local":
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+        echo(f"{n} notebook(s) at scale={scale}" + (f", {jobs} at a time with {threads} CPU thread(s) each" if jobs > 1 else ""))
+        with ThreadPoolExecutor(jobs) as pool:
+            futs = {}
+            for slug in todo:
+                echo(f"    started {found[slug].name}"); futs[pool.submit(run_isolated, kw[slug], threads)] = slug
+            for i, f in enumerate(as_completed(futs), 1): res[futs[f]] = done(i, futs[f], f.result())
+    else:
+        logs = out/"cluster_logs"; logs.mkdir(parents=True, exist_ok=True)
+        ex = _submitit(executor, logs, dict(cluster or {}), threads or (cluster or {}).get("cpus_per_task"))
+        jobs_ = {slug: ex.submit(_job, kw[slug], threads or (cluster or {}).get("cpus_per_task")) for slug in todo}
+        echo(f"submitted {n} job(s) ({executor}); logs in {logs}: " + ", ".join(f"{s}={j.job_id}" for s, j in jobs_.items()))
+        for i, (slug, j) in enumerate(jobs_.items(), 1):
+            try: r = j.result()
+            except Exception as e:
+                r = dict(notebook=found[slug].name, ok=False, seconds=0.0, error=f"the job failed: {type(e).__name__}: "
+                         f"{(str(e).strip().splitlines() or [''])[-1]}", output=None, run=None, saved=None)
+            res[slug] = done(i, slug, r)
+    return [res[s] for s in todo]
 
 def summary(res:list[dict])->str:
     "A small text table of a `run`: notebook, run name, status, seconds."
-    lines = [f"{'notebook':32s} {'run':18s} {'status':7s} {'seconds':>8s}"]
-    lines += [f"{r['notebook']:32s} {r.get('run', ''):18s} {'ok' if r['ok'] else 'FAILED':7s} {r['seconds']:8.1f}" for r in res]
+    mem = any(r.get("peak_rss_mb") for r in res)
+    lines = [f"{'notebook':32s} {'run':18s} {'status':7s} {'seconds':>8s}" + (f" {'peak MB':>8s}" if mem else "")]
+    lines += [f"{r['notebook']:32s} {r.get('run') or '':18s} {'ok' if r['ok'] else 'FAILED':7s} {r['seconds']:8.1f}"
+              + (f" {r.get('peak_rss_mb') or 0:8.0f}" if mem else "") for r in res]
     lines.append(f"{len(res)} notebook(s), {sum(not r['ok'] for r in res)} failed, {sum(r['seconds'] for r in res):.1f} s in all")
     return "\n".join(lines)
 
@@ -264,7 +358,17 @@ def _parser()->argparse.ArgumentParser:
     r.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a notebook parameter, e.g. -p model_path=/models/qwen -p n_seeds=12 (repeatable)")
     r.add_argument("--save", action="store_true", help="write the outputs of a default-parameter run back into nbs/")
-    g = sub.add_parser("report", help="gather results/*.json into results/REPORT.md and results/forest.png")
+    r.add_argument("--jobs", type=int, default=1, help="notebooks run side by side, each with cores/jobs CPU threads")
+    r.add_argument("--dry-run", action="store_true", help="inject dry_run=True: the scale's sizes, every loop capped at "
+                   "one or two iterations (checks the gpu code paths on any machine: --scale gpu --dry-run --device cpu)")
+    r.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"],
+                   help="local (this machine), slurm (one SLURM job per notebook, through submitit), submitit-local")
+    r.add_argument("--cluster-config", default=None, help="TOML file with a [cluster] table: partition, account, gpus, "
+                   "time_min, mem_gb, cpus (flags below override it)")
+    for k, h in (("partition", "SLURM partition"), ("account", "SLURM account")): r.add_argument(f"--{k}", default=None, help=h)
+    for k, h in (("gpus", "GPUs per job"), ("time-min", "time limit per job, minutes"), ("mem-gb", "memory per job, GB"),
+                 ("cpus", "CPUs per job")): r.add_argument(f"--{k}", type=int, default=None, help=h)
+    g = sub.add_parser("report", help="gather results/*.json into results/REPORT.md, summary.png and figures/")
     g.add_argument("--results", default=None, help="ledger folder (default: results/ or $MASPOB_RESULTS); must exist")
     g.add_argument("--docs", default=None, help="also write this Quarto page (e.g. nbs/results.qmd)")
     return p
@@ -286,9 +390,15 @@ def main(argv:Sequence[str]|None=None)->int:
             if args.seed is not None:
                 if args.seed < 0: raise _Fail(f"--seed must be a non-negative integer, got {args.seed}")
                 params["seed"] = args.seed
+            cluster = (cluster_options(args.cluster_config, partition=args.partition, account=args.account, gpus=args.gpus,
+                                       time_min=args.time_min, mem_gb=args.mem_gb, cpus=args.cpus)
+                       if args.executor != "local" else None)
             res = run(args.slugs, all=args.all, scale=args.scale, device=args.device, out=args.out, nbs=args.nbs,
-                      params=params or None, save=args.save)
+                      params=params or None, save=args.save, jobs=args.jobs, executor=args.executor, cluster=cluster,
+                      dry_run=args.dry_run)
             if res: print(summary(res))
+            if len(res) > 1:   # the results of every notebook, gathered into one report beside them
+                print(f"report: {report(results_dir(args.out))}")
             return 1 if any(not r["ok"] for r in res) else 0
         if args.cmd == "report":
             out = report(args.results, args.docs)

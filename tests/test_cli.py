@@ -89,3 +89,65 @@ def test_run_with_no_notebooks_is_a_no_op(tmp_path):
     (tmp_path/"nbs").mkdir(); (tmp_path/"pyproject.toml").write_text("")
     r = cli("run", "--all", "--out", str(tmp_path/"r"), cwd=tmp_path)
     assert r.returncode == 0 and "no method notebooks" in r.stdout
+
+@pytest.fixture
+def two_ok(tmp_path_factory):
+    "A throw-away project with two method notebooks that record one claim each and report their thread cap."
+    tmp_path = tmp_path_factory.mktemp("two_ok")
+    (tmp_path/"nbs").mkdir(); (tmp_path/"pyproject.toml").write_text("")
+    for name, slug in (("01_maspob.ipynb", "maspob"), ("02_social_choice.ipynb", "social_choice")):
+        nb = new_notebook(cells=[new_code_cell('scale = "smoke"\ndevice = "auto"\nseed = 0\ndry_run = False',
+                                               metadata={"tags": ["parameters"]}),
+                                 new_code_cell('import os\nfrom maspob_etal.claims import record, Claim\n'
+                                               f'record("{slug}", [Claim("C1", "toy", "x", ours=1.0 + seed, baseline=0.0, sesoi=0.5, '
+                                               'sesoi_source="toy", holds=None)], scale=scale, device=device, wall_time_s=0.5, '
+                                               'params=dict(scale=scale, device=device, seed=seed, dry_run=dry_run), '
+                                               'metrics={"threads": os.environ.get("OMP_NUM_THREADS", "unset"), "dry_run": dry_run})')])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, tmp_path/"nbs"/name)
+    return tmp_path
+
+def test_jobs_run_side_by_side_with_a_share_of_the_cores(two_ok, toy_project):
+    out = two_ok/"out"
+    r = cli("run", "--all", "--jobs", "2", "--out", str(out), cwd=two_ok)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 at a time" in r.stdout and r.stdout.count("started ") == 2 and "peak MB" in r.stdout
+    cores = len(os.sched_getaffinity(0))
+    for slug in ("maspob", "social_choice"):
+        doc = json.loads((out/f"{slug}.smoke.json").read_text())
+        assert doc["metrics"]["threads"] == str(max(1, cores//2))          # each kernel got its share of the cores
+    assert "toy" in (out/"REPORT.md").read_text()                          # gathered at the end
+    # a failing notebook does not stop the others, and the exit status and summary name it
+    r = cli("run", "--all", "--jobs", "2", "--out", str(toy_project/"o2"), cwd=toy_project)
+    assert r.returncode == 1 and "17_thickets.ipynb" in r.stdout and "FAILED" in r.stdout
+    assert (toy_project/"o2"/"social_choice.smoke.json").exists()
+
+def test_submitit_local_executor_runs_two_notebooks_and_reports_them(two_ok):
+    "The cluster code path, with submitit's local executor standing in for SLURM."
+    pytest.importorskip("submitit")
+    out = two_ok/"out"
+    r = cli("run", "maspob", "social_choice", "--executor", "submitit-local", "--cpus", "1", "--out", str(out), cwd=two_ok)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "submitted 2 job(s)" in r.stdout and (out/"cluster_logs").is_dir() and any((out/"cluster_logs").iterdir())
+    for slug in ("maspob", "social_choice"):
+        doc = json.loads((out/f"{slug}.smoke.json").read_text())
+        assert doc["claims"][0]["verdict"] == "held" and doc["metrics"]["threads"] == "1"
+    txt = (out/"REPORT.md").read_text()
+    assert "### 01 · MASPOB" in txt and "### 02 · RLHF" in txt and txt.count("**held** 1 vs 0") == 2
+
+def test_dry_run_is_injected_and_named_apart(two_ok):
+    out = two_ok/"out"
+    r = cli("run", "maspob", "--scale", "gpu", "--dry-run", "--device", "cpu", "--out", str(out), cwd=two_ok)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out/"maspob.gpu.dry_runTrue.json").read_text())   # never mistaken for a real gpu run
+    assert doc["metrics"]["dry_run"] is True and not (out/"maspob.gpu.json").exists()
+
+def test_cluster_options_from_a_file_and_flags(tmp_path):
+    from maspob_etal.cli import cluster_options
+    cfg = tmp_path/"cluster.toml"; cfg.write_text('[cluster]\npartition = "gpu"\naccount = "lab"\ngpus = 1\ntime_min = 90\n')
+    assert cluster_options(cfg, time_min=30, mem_gb=None) == dict(slurm_partition="gpu", slurm_account="lab", gpus_per_node=1,
+                                                                 timeout_min=30)
+    with pytest.raises(ValueError, match="unknown cluster setting"): cluster_options(None, gpu=1)
+    with pytest.raises(FileNotFoundError, match="does not exist"): cluster_options(tmp_path/"none.toml")
+    r = cli("run", "social_choice", "--jobs", "0", "--out", str(tmp_path/"o"), cwd=tmp_path)
+    assert r.returncode == 2

@@ -53,3 +53,23 @@ def test_cli_outside_a_checkout_lists_and_explains(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "does not exist" in r.stderr
     r = subprocess.run([str(exe), "list"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert r.returncode == 0 and "sawbench" in r.stdout
+
+def test_lock_file_agrees_with_pyproject():
+    "requirements-lock.txt pins every dependency of pyproject.toml (and its extras) at a version its specifier allows."
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    proj = tomllib.loads((ROOT/"pyproject.toml").read_text())["project"]
+    lines = [l.strip() for l in (ROOT/"requirements-lock.txt").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    pins = {}
+    for l in lines:
+        name, sep, ver = l.partition("==")
+        assert sep and ver and " " not in ver, f"not an exact pin: {l!r}"
+        pins[canonicalize_name(name)] = ver
+    assert "torch" not in pins and not any(n.startswith("nvidia-") for n in pins), "torch stays out: a cluster keeps its build"
+    reqs = list(proj["dependencies"]) + [r for extra in proj["optional-dependencies"].values() for r in extra]
+    for text in reqs:
+        r = Requirement(text)
+        name = canonicalize_name(r.name)
+        if name in ("torch", "maspob-etal"): continue
+        assert name in pins, f"{r.name} is a dependency but requirements-lock.txt does not pin it: run make lock"
+        assert r.specifier.contains(pins[name], prereleases=True), f"{r.name}=={pins[name]} does not satisfy {text!r}"
