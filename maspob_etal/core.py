@@ -33,15 +33,23 @@ def scale_at_least(scale:str, # the run's scale
     "True when `scale` is `least` or a bigger one in the order smoke < full < gpu."
     return SCALES.index(check_scale(scale)) >= SCALES.index(check_scale(least))
 
-def pick(scale:str, # "smoke", "full" or "gpu"
-         **options,   # name=(smoke value, full value, gpu value)
-        )->SimpleNamespace: # one attribute per option, holding the value for `scale`
-    "Choose the `scale` value of each option."
+def pick(scale:str,          # "smoke", "full" or "gpu"
+         dry_run:bool=False, # True: the scale's sizes, but every loop replaced by its value in `dry`
+         dry:dict|None=None, # name -> the value a dry run uses instead (one or two steps, epochs, seeds, items)
+         **options,          # name=(smoke value, full value, gpu value)
+        )->SimpleNamespace:  # one attribute per option, holding the value for `scale`
+    "Choose the `scale` value of each option; a dry run keeps the sizes and caps the loops named in `dry`."
     i = SCALES.index(check_scale(scale))
     for k, v in options.items():
         if not (isinstance(v, (tuple, list)) and len(v) == len(SCALES)):
             raise ValueError(f"option {k!r} must be a (smoke, full, gpu) triple, got {v!r}")
-    return SimpleNamespace(**{k: v[i] for k, v in options.items()})
+    cfg = {k: v[i] for k, v in options.items()}
+    unknown = sorted(set(dry or {}) - set(options))
+    if unknown: raise ValueError(f"dry names options that pick was not given: {', '.join(unknown)}")
+    if dry_run:
+        if not dry: raise ValueError("dry_run=True needs `dry`: the loop counts (steps, epochs, seeds, items) to cap")
+        cfg.update(dry)
+    return SimpleNamespace(**cfg)
 
 # %% ../nbs/00_core.ipynb #6fc48f09
 def get_device(device:str|torch.device="auto", # "auto", "cpu", "cuda", "cuda:1", "mps", or a torch.device
