@@ -9,6 +9,7 @@ TORCH=${TORCH:-torch==2.13.0}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 .venv/bin/python -m build --wheel --outdir "$work/dist" . >/dev/null
 whl=$(ls "$work"/dist/maspob_etal-*.whl)
+python3 -m zipfile -l "$whl" | grep -q "licenses/LICENSE" || { echo "the wheel carries no LICENSE file"; exit 1; }
 $PY -m venv "$work/env"
 "$work/env/bin/pip" install -q --disable-pip-version-check "$TORCH" 2>&1 | grep -v "WARNING: Location" || true
 "$work/env/bin/pip" install -q --disable-pip-version-check "$whl" 2>&1 | grep -v "WARNING: Location" || true
