@@ -32,14 +32,15 @@ from .core import progress, seed_everything
 from .claims import Claim
 
 # %% auto #0
-__all__ = ['GRAPH_FAMILIES', 'TASKS', 'MODEL_NAMES', 'ODE_MODELS', 'normalized_laplacian', 'low_eigenpairs',
+__all__ = ['GRAPH_FAMILIES', 'TASKS', 'MODEL_NAMES', 'ODE_MODELS', 'PE_KINDS', 'normalized_laplacian', 'low_eigenpairs',
            'low_eigenpairs_sparse', 'SpectralTransform', 'add_spectral', 'gaussian_basis', 'tukey_window',
            'GaussianWindowFilter', 'node_positions', 'to_padded', 'spectral_project', 'spectral_lift', 'sparse_matrix',
            'GraphOps', 'graph_ops', 'cheb_response', 'cheb_propagate', 'ChebComplement', 'StableLinear', 'GLU',
-           'S3Layer', 'Readout', 'S3GNN', 'S2GNNBaseline', 'ADGNBaseline', 'GCNBaseline', 'count_params',
-           'hop_distances', 'jacobian_sensitivity', 'random_graph', 'all_pairs_hops', 'make_graph_property_dataset',
-           'make_ring_transfer', 'load_graph_dataset', 'make_batches', 'evaluate', 'train_eval', 'make_model',
-           'width_for_budget', 'match_width', 'tuning_grid', 'run_parallel', 'far_field']
+           'S3Layer', 'random_walk_pe', 'add_rwse', 'PositionalEncoding', 'Readout', 'S3GNN', 'S2GNNBaseline',
+           'ADGNBaseline', 'GCNBaseline', 'EigenMLP', 'count_params', 'hop_distances', 'jacobian_sensitivity',
+           'random_graph', 'all_pairs_hops', 'make_graph_property_dataset', 'make_ring_transfer', 'load_graph_dataset',
+           'make_batches', 'evaluate', 'train_eval', 'make_model', 'width_for_budget', 'match_width', 'tuning_grid',
+           'run_parallel', 'far_field', 'graph_property_splits', 'path_graph', 'run_job', 'run_jobs']
 
 # %% ../nbs/08_s3gnn.ipynb #cddccd82
 def _check_square(A:Tensor, name:str="A"):
@@ -224,21 +225,22 @@ def to_padded(X:Tensor, batch:Tensor, pos:Tensor, num_graphs:int, n_max:int)->Te
     "Node-stacked (N, ...) to padded (B, n_max, ...), zeros on padding."
     return X.new_zeros(num_graphs, n_max, *X.shape[1:]).index_put((batch, pos), X)
 
-def spectral_project(V:Tensor,        # (B, n_max, k) padded eigenvectors
-                     Z:Tensor,        # (N, d) node signals
+def spectral_project(V:Tensor,        # (B, n_max, k) padded eigenvectors (any float dtype)
+                     Z:Tensor,        # (N, d) node signals; the result has their dtype
                      batch:Tensor,    # (N,) graph of each node
                      pos:Tensor,      # (N,) position inside the graph (`node_positions`)
                     )->Tensor:        # (B, k, d) spectral coefficients V_g^T Z_g of each graph g
-    "Graph Fourier transform onto the kept eigenvectors, per graph."
+    "Graph Fourier transform onto the kept eigenvectors, per graph, in the dtype of the signal `Z`."
+    V = V.to(Z.dtype)                                                  # eigenpairs are stored in float32
     return V.transpose(1, 2) @ to_padded(Z, batch, pos, V.shape[0], V.shape[1])
 
-def spectral_lift(V:Tensor,           # (B, n_max, k) padded eigenvectors
-                  Y:Tensor,           # (B, k, d) spectral coefficients
+def spectral_lift(V:Tensor,           # (B, n_max, k) padded eigenvectors (any float dtype)
+                  Y:Tensor,           # (B, k, d) spectral coefficients; the result has their dtype
                   batch:Tensor,       # (N,) graph of each node
                   pos:Tensor,         # (N,) position inside the graph
                  )->Tensor:           # (N, d) node signals V_g Y_g
-    "Inverse graph Fourier transform from the kept eigenvectors, per graph."
-    return (V @ Y)[batch, pos]
+    "Inverse graph Fourier transform from the kept eigenvectors, per graph, in the dtype of `Y`."
+    return (V.to(Y.dtype) @ Y)[batch, pos]
 
 # %% ../nbs/08_s3gnn.ipynb #52bc385e
 def sparse_matrix(index:Tensor,   # (2, E) row and column of each entry
@@ -259,13 +261,33 @@ class GraphOps(NamedTuple):
     lam: Tensor|None            # (B, k) kept eigenvalues (0 where masked)
     V: Tensor|None              # (B, n_max, k) kept eigenvectors, padded
     kmask: Tensor|None          # (B, k) kept-eigenpair mask
-    cache: dict                 # quantities that depend on the batch only, shared by the layers of one forward pass
+    cache: dict                 # what depends on the batch only (no parameters), shared by the layers
+
+    def as_dtype(self, dtype:torch.dtype)->GraphOps:
+        "The same operators in `dtype` (a float64 layer on eigenpairs stored in float32), built once per dtype."
+        if self.lap.dtype == dtype: return self
+        key = ("dtype", dtype)
+        if key not in self.cache:
+            f = lambda t: None if t is None else t.to(dtype)
+            self.cache[key] = self._replace(lap=f(self.lap), gcn_adj=f(self.gcn_adj), lam=f(self.lam), V=f(self.V),
+                                            cache={})
+        return self.cache[key]
+
+def _memo_key(data, spectral:bool, gcn:bool)->tuple:
+    "What the operators of `data` depend on: the flags and the identity and version of each tensor used."
+    names = ("edge_index", "edge_weight", "batch", "eigvals", "eigvecs", "eig_mask")
+    ts = [getattr(data, k, None) for k in names]
+    return (spectral, gcn) + tuple(None if t is None else (t.data_ptr(), t._version, tuple(t.shape))
+                                   for t in ts)
 
 def graph_ops(data:Data|Batch,         # a PyG graph or batch; needs eigvals/eigvecs/eig_mask when spectral
               spectral:bool=True,       # False: skip the eigenpairs (models without spectral parts)
               gcn:bool=False,           # also build the GCN propagation matrix
              )->GraphOps:
     "Collect the sparse $L-I$ (and GCN matrix), the batch layout and the kept eigenpairs of `data`, once per batch."
+    memo = data.__dict__.get("_ops_memo")          # set by `make_batches` on batches reused every epoch
+    key = _memo_key(data, spectral, gcn) if memo is not None else None
+    if memo is not None and key in memo: return memo[key]
     N, ei = data.num_nodes, data.edge_index
     w = getattr(data, "edge_weight", None)
     li, lw = get_laplacian(ei, w, normalization="sym", num_nodes=N)
@@ -286,7 +308,9 @@ def graph_ops(data:Data|Batch,         # a PyG graph or batch; needs eigvals/eig
         if data.eigvecs.shape[0] != N or lam.shape[0] != B:
             raise ValueError(f"eigvecs must be (num_nodes={N}, k) and eigvals (num_graphs={B}, k), got {tuple(data.eigvecs.shape)} and {tuple(lam.shape)}")
         V = to_padded(data.eigvecs, batch, pos, B, n_max)                 # (B, n_max, k)
-    return GraphOps(lap, gcn_adj, batch, pos, B, lam, V, kmask, {})
+    ops = GraphOps(lap, gcn_adj, batch, pos, B, lam, V, kmask, {})
+    if memo is not None: memo[key] = ops
+    return ops
 
 # %% ../nbs/08_s3gnn.ipynb #902f120f
 def cheb_response(lam:Tensor,     # eigenvalues, (...)
@@ -441,6 +465,7 @@ def forward(self:S3Layer, H:Tensor,     # (N, d) node states
                         "ops = graph_ops(batch)), or use S3GNN, which takes a PyG batch directly")
     if H.dim() != 2 or H.shape[-1] != self.d:
         raise ValueError(f"S3Layer expects node features of shape (N, {self.d}), got {tuple(H.shape)}")
+    ops = ops.as_dtype(H.dtype)                                                # the layer's dtype
     Z = self.f(H)                                                              # (N, d)
     spec = 0.                                                                  # G + R, linear in Z
     if self.spectral:
@@ -454,17 +479,100 @@ def forward(self:S3Layer, H:Tensor,     # (N, d) node states
         return H + self.eps*self.act(self.W(H) + loc + spec + self.b)
     return H + (self.act(loc) if self.gcn is not None else 0.) + spec        # S2GNN: H + sigma(spatial) + spectral
 
+# %% ../nbs/08_s3gnn.ipynb #a1f3c7d2
+def _batch_of(data, N:int, device)->Tensor:
+    b = getattr(data, "batch", None)
+    return b if b is not None else torch.zeros(N, dtype=torch.long, device=device)
+
+def _log_sizes(batch:Tensor, num_graphs:int, dtype)->Tensor:
+    "log n of every graph of a batch, (B, 1)."
+    return torch.bincount(batch, minlength=num_graphs).clamp_min(1).to(dtype).log()[:, None]
+
+def random_walk_pe(A:Tensor,          # adjacency, (n, n) or (B, n, n), symmetric and non-negative
+                   mask:Tensor=None,  # real nodes, (B, n) bool; None means all nodes are real
+                   steps:int=16,      # walk lengths t = 1..steps
+                  )->Tensor:          # (n, steps) or (B, n, steps) return probabilities; 0 on padded nodes
+    "RWSE: the return probabilities $[(D^{-1}A)^t]_{uu}$, $t=1..T$, of every node (isolated nodes: 0)."
+    if int(steps) != steps or steps < 1: raise ValueError(f"steps must be a positive integer, got {steps}")
+    single = A.dim() == 2
+    A = A[None] if single else A
+    _check_square(A)
+    B, n, _ = A.shape
+    m = _node_mask(mask, B, n, A.device).to(A.dtype)
+    A = A*m[:, :, None]*m[:, None, :]
+    P = A/A.sum(-1, keepdim=True).clamp_min(1.0)                         # D^{-1} A; isolated nodes: 0
+    out, Pt = [], P
+    for t in range(int(steps)):
+        if t: Pt = Pt @ P                                                 # (D^{-1} A)^t
+        out.append(torch.diagonal(Pt, dim1=-2, dim2=-1))
+    pe = torch.stack(out, -1)                                             # (B, n, steps)
+    return pe[0] if single else pe
+
+def add_rwse(graphs:Sequence[Data],   # small graphs
+             steps:int=16,            # walk lengths
+             chunk:int=512,           # graphs per padded batch
+            )->list[Data]:            # the same Data objects, with `rwse` (n, steps) set
+    "Attach RWSE to many small graphs at once (batched dense matrix powers over padded chunks)."
+    graphs = list(graphs)
+    for s in range(0, len(graphs), chunk):
+        part = graphs[s:s+chunk]
+        b = Batch.from_data_list([Data(edge_index=g.edge_index, num_nodes=g.num_nodes) for g in part])
+        counts = torch.tensor([g.num_nodes for g in part]); n_max = int(counts.max())
+        A = to_dense_adj(b.edge_index, b.batch, max_num_nodes=n_max, batch_size=len(part))
+        pe = random_walk_pe(A, torch.arange(n_max) < counts[:, None], steps)
+        for i, g in enumerate(part): g.rwse = pe[i, :g.num_nodes].float()
+    return graphs
+
+class PositionalEncoding(nn.Module):
+    "LapPE (kept eigenvectors, random signs in training, and their eigenvalues) or RWSE, linearly to `d` channels."
+    def __init__(self, kind:str,      # "lap" or "rwse"
+                 d:int,               # output channels
+                 k_max:int=8,         # eigenpairs per graph (LapPE)
+                 steps:int=16,        # walk lengths (RWSE)
+                 seed:int=0,          # seed of the random sign flips
+                ):
+        super().__init__()
+        self.kind, self.k_max, self.steps = _choice("pe", kind, ("lap", "rwse")), k_max, steps
+        self.lin = nn.Linear(2*k_max if kind == "lap" else steps, d)
+        self.gen = torch.Generator().manual_seed(seed)    # its own stream: the same flips whatever ran before
+
+    def forward(self, data:Data|Batch)->Tensor:
+        "(N, d) encoding of every node."
+        if self.kind == "rwse":
+            pe = getattr(data, "rwse", None)
+            if pe is None or pe.shape[-1] != self.steps:
+                raise ValueError(f"RWSE needs `rwse` of width {self.steps} on the graphs: "
+                                 f"apply add_rwse(graphs, steps={self.steps}) first")
+            return self.lin(pe.to(self.lin.weight.dtype))
+        V = getattr(data, "eigvecs", None)
+        if V is None or V.shape[-1] != self.k_max:
+            raise ValueError(f"LapPE needs eigenpairs with k_max={self.k_max}: "
+                             f"apply add_spectral(graphs, lam_cut, {self.k_max}) first")
+        batch = _batch_of(data, V.shape[0], V.device)
+        lam = data.eigvals*data.eig_mask                                  # (B, k)
+        if self.training:                                       # random sign per graph and eigenvector
+            s = torch.randint(0, 2, lam.shape, generator=self.gen).to(V.device, V.dtype)*2 - 1
+            V = V*s[batch]
+        return self.lin(torch.cat([V, lam[batch]], -1).to(self.lin.weight.dtype))
+
 # %% ../nbs/08_s3gnn.ipynb #1cfad332
 class Readout(nn.Module):
-    "Node head (MLP per node) or graph head (MLP on mean and max pooling)."
-    def __init__(self, d:int, d_out:int, level:str="graph"):
+    "Node head (MLP per node) or graph head (MLP on mean and max pooling), optionally told $\\log n$."
+    def __init__(self, d:int, d_out:int, level:str="graph",
+                 size:bool=True,   # append log n (graph size) to what the MLP sees
+                ):
         super().__init__()
-        self.level = _choice("level", level, ("graph", "node"))
-        self.mlp = nn.Sequential(nn.Linear(2*d if level == "graph" else d, d), nn.GELU(), nn.Linear(d, d_out))
+        self.level, self.size = _choice("level", level, ("graph", "node")), bool(size)
+        d_head = (2*d if level == "graph" else d) + self.size
+        self.mlp = nn.Sequential(nn.Linear(d_head, d), nn.GELU(), nn.Linear(d, d_out))
     def forward(self, H:Tensor, batch:Tensor, num_graphs:int)->Tensor:
-        if self.level == "node": return self.mlp(H)                                     # (N, d_out)
-        pooled = torch.cat([scatter(H, batch, 0, num_graphs, "mean"), scatter(H, batch, 0, num_graphs, "max")], -1)
-        return self.mlp(pooled)                                                         # (B, d_out)
+        if self.level == "node": z = H
+        else: z = torch.cat([scatter(H, batch, 0, num_graphs, "mean"), scatter(H, batch, 0, num_graphs, "max")], -1)
+        if self.size:
+            log_n = _log_sizes(batch, num_graphs, H.dtype)                                 # (B, 1)
+            z = torch.cat([z, log_n[batch] if self.level == "node" else log_n], -1)
+        return self.mlp(z)                                                             # (N or B, d_out)
+
 
 class S3GNN(nn.Module):
     "S3GNN on PyG graphs: encoder, `n_layers` `S3Layer`s, node or graph readout."
@@ -474,6 +582,7 @@ class S3GNN(nn.Module):
                  n_layers:int=6,               # depth
                  level:str="graph",            # "graph" or "node" predictions
                  share_weights:bool=False,     # one layer applied n_layers times (A-DGN option)
+                 readout_size:bool=True,       # the readout also sees log n
                  **layer_kw,                   # passed to `S3Layer`
                 ):
         super().__init__()
@@ -482,7 +591,7 @@ class S3GNN(nn.Module):
         self.encoder = nn.Linear(d_in, d)
         layers = [S3Layer(d, **layer_kw)]*n_layers if share_weights else [S3Layer(d, **layer_kw) for _ in range(n_layers)]
         self.layers = nn.ModuleList(layers)
-        self.readout = Readout(d, d_out, level)
+        self.readout = Readout(d, d_out, level, readout_size)
 
     def _check(self, data):
         x = getattr(data, "x", None)
@@ -491,48 +600,78 @@ class S3GNN(nn.Module):
                              f"got x of shape {None if x is None else tuple(x.shape)}")
 
     def node_states(self, data:Data|Batch)->Tensor:
-        "Final node states $H^{(L)}$, (N, d)."
+        "Final node states $H^{(L)}$, (N, d), in the model's dtype."
         self._check(data)
         ops = graph_ops(data, spectral=self.layers[0].spectral, gcn=self.layers[0].local == "gcn")
-        H = self.encoder(data.x.float())
+        H = self.encoder(data.x.to(self.encoder.weight.dtype))
         for layer in self.layers: H = layer(H, ops)
         return H
 
     def forward(self, data:Data|Batch)->Tensor:
         "Predictions, (B, d_out) for graph level or (N, d_out) for node level."
         H = self.node_states(data)
-        batch = data.batch if getattr(data, "batch", None) is not None else torch.zeros(H.shape[0], dtype=torch.long, device=H.device)
-        return self.readout(H, batch, int(getattr(data, "num_graphs", 1)))
+        return self.readout(H, _batch_of(data, H.shape[0], H.device), int(getattr(data, "num_graphs", 1)))
 
 class S2GNNBaseline(S3GNN):
     "S2GNN-style model: residual GCN branch plus the truncated low-band filter, no high band, no ODE."
-    def __init__(self, d_in, d=64, d_out=1, n_layers=6, level="graph", **layer_kw):
+    def __init__(self, d_in, d=64, d_out=1, n_layers=6, level="graph", readout_size=True, **layer_kw):
         kw = dict(dynamics="residual", constraint="none", use_global=True, complement="none", local="gcn", act="gelu") | layer_kw
-        super().__init__(d_in, d, d_out, n_layers, level, **kw)
+        super().__init__(d_in, d, d_out, n_layers, level, readout_size=readout_size, **kw)
 
 class ADGNBaseline(S3GNN):
     "A-DGN: antisymmetric ODE step with a GCN aggregation, no spectral parts."
-    def __init__(self, d_in, d=64, d_out=1, n_layers=6, level="graph", **layer_kw):
+    def __init__(self, d_in, d=64, d_out=1, n_layers=6, level="graph", readout_size=True, **layer_kw):
         kw = dict(dynamics="ode", constraint="antisym", use_global=False, complement="none", local="gcn", act="tanh") | layer_kw
-        super().__init__(d_in, d, d_out, n_layers, level, **kw)
+        super().__init__(d_in, d, d_out, n_layers, level, readout_size=readout_size, **kw)
 
 class GCNBaseline(nn.Module):
-    "Residual GCN built from PyG's `GCNConv`: $H + \\mathrm{relu}(\\mathrm{GCNConv}(H))$ per layer."
-    def __init__(self, d_in:int, d:int=64, d_out:int=1, n_layers:int=6, level:str="graph"):
+    "Residual GCN of PyG `GCNConv`s: $H + \\mathrm{relu}(\\mathrm{GCNConv}(H))$ per layer; optional LapPE or RWSE."
+    def __init__(self, d_in:int, d:int=64, d_out:int=1, n_layers:int=6, level:str="graph",
+                 readout_size:bool=True,   # the readout also sees log n
+                 pe:str="none",            # positional encoding added to H^0: "none" | "lap" | "rwse"
+                 k_max:int=8,              # eigenpairs per graph (LapPE)
+                 rwse_steps:int=16,        # walk lengths (RWSE)
+                 pe_seed:int=0,            # seed of LapPE's sign flips
+                ):
         super().__init__()
         self.d_in, self.d, self.n_layers = d_in, d, n_layers
         self.encoder = nn.Linear(d_in, d)
+        _choice("pe", pe, ("none", "lap", "rwse"))
+        self.pe = None if pe == "none" else PositionalEncoding(pe, d, k_max, rwse_steps, pe_seed)
         self.convs = nn.ModuleList([GCNConv(d, d, normalize=False) for _ in range(n_layers)])   # normalised once per batch
-        self.readout = Readout(d, d_out, level)
+        self.readout = Readout(d, d_out, level, readout_size)
     _check = S3GNN._check
     def node_states(self, data:Data|Batch)->Tensor:
         "Final node states, (N, d)."
         self._check(data)
-        H = self.encoder(data.x.float())
-        adj = graph_ops(data, spectral=False, gcn=True).gcn_adj                    # normalised once, shared by the layers
+        H = self.encoder(data.x.to(self.encoder.weight.dtype))
+        if self.pe is not None: H = H + self.pe(data)                              # H^0 = X W_in + PE
+        adj = graph_ops(data, spectral=False, gcn=True).gcn_adj.to(H.dtype)        # normalised once per batch
         for conv in self.convs: H = H + F.relu(conv(H, adj))
         return H
     forward = S3GNN.forward
+
+class EigenMLP(nn.Module):
+    "Shortcut control: a two-layer MLP on the kept eigenvalues (and their mask) and $\\log n$; no node features."
+    def __init__(self, k_max:int=8,     # eigenpairs per graph, as stored on the data
+                 d:int=64,              # hidden width
+                 d_out:int=1,           # outputs per graph
+                 size:bool=True,        # also see log n
+                ):
+        super().__init__()
+        self.k_max, self.size = k_max, bool(size)
+        self.mlp = nn.Sequential(nn.Linear(2*k_max + self.size, d), nn.GELU(), nn.Linear(d, d_out))
+    def forward(self, data:Data|Batch)->Tensor:
+        "Predictions, (B, d_out)."
+        lam = getattr(data, "eigvals", None)
+        if lam is None or lam.shape[-1] != self.k_max:
+            raise ValueError(f"EigenMLP needs eigvals with k_max={self.k_max}: "
+                             f"apply add_spectral(graphs, lam_cut, {self.k_max}) first")
+        m = data.eig_mask.to(self.mlp[0].weight.dtype)
+        z = [lam.to(m.dtype)*m, m]                                                     # (B, k) each
+        if self.size:
+            z.append(_log_sizes(_batch_of(data, data.num_nodes, lam.device), lam.shape[0], m.dtype))
+        return self.mlp(torch.cat(z, -1))
 
 def count_params(model:nn.Module)->int:
     "Number of trainable parameters."
@@ -691,11 +830,14 @@ def make_batches(graphs:Sequence[Data],  # PyG graphs
                  batch_size:int,          # graphs per batch
                  seed:int|None=None,      # shuffle the graphs once with this seed; None keeps their order
                  device:str|torch.device="cpu",
-                )->list[Batch]:           # collated batches on `device`
+                )->list[Batch]:           # collated batches on `device` (each keeps its operators)
     "Collate graphs into fixed mini-batches (optionally shuffled once) and move them to `device`."
     if batch_size < 1: raise ValueError(f"batch_size must be positive, got {batch_size}")
     idx = np.random.default_rng(seed).permutation(len(graphs)) if seed is not None else np.arange(len(graphs))
-    return [Batch.from_data_list([graphs[i] for i in idx[s:s+batch_size]]).to(device) for s in range(0, len(graphs), batch_size)]
+    out = [Batch.from_data_list([graphs[i] for i in idx[s:s+batch_size]]).to(device)
+           for s in range(0, len(graphs), batch_size)]
+    for b in out: b.__dict__["_ops_memo"] = {}          # graph_ops builds them once, not every epoch
+    return out
 
 def _targets(b:Batch):
     m = getattr(b, "y_mask", None)
@@ -731,8 +873,8 @@ def train_eval(model:nn.Module,              # any model mapping a PyG batch to 
                loss:str="mse",               # "mse" (regression, metric log10 MSE) or "ce" (classification, metric accuracy)
                clip:float=1.0,               # gradient-norm clipping (S2GNN configs clip too)
                show_progress:bool=False,     # a progress bar over epochs
-              )->dict:                       # train/val/test metric (test at the best validation epoch), history, timings
-    "Train `model` with AdamW + warm-up/cosine and report $\\log_{10}$ MSE (or accuracy) on each split."
+              )->dict:                       # train (last epoch), val and test (best validation epoch), history
+    "Train `model` (AdamW, warm-up, cosine); report $\\log_{10}$ MSE or accuracy; leave it at its best validation epoch."
     _choice("loss", loss, ("mse", "ce"))
     if epochs < 1: raise ValueError(f"epochs must be positive, got {epochs}")
     if not len(train) or not len(val) or not len(test): raise ValueError("train, val and test must each hold at least one graph")
@@ -747,7 +889,7 @@ def train_eval(model:nn.Module,              # any model mapping a PyG batch to 
     total = epochs*len(tr); warm = max(1, int(0.05*total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1)/warm, 0.5*(1 + math.cos(math.pi*min(s, total)/total))))
     order_rng, better = np.random.default_rng([seed, 2]), (lambda a, b: a < b) if loss == "mse" else (lambda a, b: a > b)
-    best, hist = None, []
+    best, best_state, hist = None, None, []
     for ep in progress(range(epochs), desc=f"train {type(model).__name__}", disable=not show_progress, leave=False):
         run = 0.
         for i in order_rng.permutation(len(tr)):
@@ -759,13 +901,20 @@ def train_eval(model:nn.Module,              # any model mapping a PyG batch to 
             opt.step(); sched.step(); run += l.detach()
         v = evaluate(model, va, loss, y_mean, y_std)
         hist.append((ep, float(run)/len(tr), v))
-        if best is None or better(v, best["val"]): best = dict(val=v, test=evaluate(model, te, loss, y_mean, y_std), best_epoch=ep)
-    return dict(train=evaluate(model, tr, loss, y_mean, y_std), **best, history=hist, n_params=count_params(model),
-                steps=total, seconds=time.perf_counter() - t0)
+        if best is None or better(v, best["val"]):                          # keep the best validation epoch
+            best = dict(val=v, best_epoch=ep)
+            best_state = {k: t.detach().clone() for k, t in model.state_dict().items()}
+    train_metric = evaluate(model, tr, loss, y_mean, y_std)                 # the fit at the last epoch
+    model.load_state_dict(best_state)
+    test_metric = evaluate(model, te, loss, y_mean, y_std)
+    return dict(train=train_metric, val=best["val"], test=test_metric, best_epoch=best["best_epoch"], history=hist,
+                n_params=count_params(model), steps=total, seconds=time.perf_counter() - t0)
 
 # %% ../nbs/08_s3gnn.ipynb #2552a0df
-MODEL_NAMES = ("S3GNN", "S2GNN", "A-DGN", "GCN", "S3GNN no complement", "S3GNN no global")
+MODEL_NAMES = ("S3GNN", "S2GNN", "A-DGN", "GCN", "GCN+PE", "eigen MLP",
+               "S3GNN no complement", "S3GNN no global")
 ODE_MODELS = ("S3GNN", "A-DGN", "S3GNN no complement", "S3GNN no global")   # the models with an Euler step eps
+PE_KINDS = ("none", "lap", "rwse")                                           # what "GCN+PE" is tuned over
 
 def make_model(name:str,             # one of MODEL_NAMES
                d_in:int,             # input node features
@@ -776,19 +925,29 @@ def make_model(name:str,             # one of MODEL_NAMES
                n_gauss:int=16,       # Gaussians of the spectral filter (spectral models)
                lam_cut:float=0.7,    # top of the kept band (spectral models)
                eps:float=0.1,        # Euler step (ODE models: the S3GNN variants and A-DGN); ignored by the others
-               seed:int=0,           # initialisation seed
+               J:int=1,              # order of the high-band polynomial (S3GNN variants with the complement)
+               pe:str="lap",         # positional encoding of "GCN+PE": "none" | "lap" | "rwse"
+               k_max:int=8,          # eigenpairs stored per graph (LapPE and the eigenvalue MLP read them)
+               rwse_steps:int=16,    # RWSE walk lengths
+               readout_size:bool=True, # every readout also sees log n
+               seed:int=0,           # initialisation seed (and LapPE's sign flips)
                **layer_kw,           # further `S3Layer` options for the S3GNN variants
               )->nn.Module:
     "Build one of the compared models by name, initialised from `seed`."
     _choice("model name", name, MODEL_NAMES)
     torch.manual_seed(seed)
-    spec = dict(n_gauss=n_gauss, lam_cut=lam_cut, eps=eps)
+    spec = dict(n_gauss=n_gauss, lam_cut=lam_cut, eps=eps, J=J, readout_size=readout_size)
     if name == "S3GNN": return S3GNN(d_in, d, d_out, n_layers, level, **spec, **layer_kw)
     if name == "S3GNN no complement": return S3GNN(d_in, d, d_out, n_layers, level, **spec, **(layer_kw | dict(complement="none")))
     if name == "S3GNN no global": return S3GNN(d_in, d, d_out, n_layers, level, **spec, **(layer_kw | dict(use_global=False)))
-    if name == "S2GNN": return S2GNNBaseline(d_in, d, d_out, n_layers, level, n_gauss=n_gauss, lam_cut=lam_cut)
-    if name == "A-DGN": return ADGNBaseline(d_in, d, d_out, n_layers, level, eps=eps)
-    return GCNBaseline(d_in, d, d_out, n_layers, level)
+    if name == "S2GNN":
+        return S2GNNBaseline(d_in, d, d_out, n_layers, level, readout_size, n_gauss=n_gauss, lam_cut=lam_cut)
+    if name == "A-DGN": return ADGNBaseline(d_in, d, d_out, n_layers, level, readout_size, eps=eps)
+    if name == "eigen MLP":
+        if level != "graph": raise ValueError("the eigenvalue MLP predicts one value per graph: level='graph'")
+        return EigenMLP(k_max, d, d_out, readout_size)
+    pe = pe if name == "GCN+PE" else "none"
+    return GCNBaseline(d_in, d, d_out, n_layers, level, readout_size, pe, k_max, rwse_steps, seed)
 
 def width_for_budget(build:Callable[[int], nn.Module], # width -> model
                      max_params:float,                 # parameter budget
@@ -814,14 +973,19 @@ def match_width(build:Callable[[int], nn.Module], # width -> model
         raise ValueError(f"no width up to {d_max} comes within {tol:.0%} of {target} parameters (closest: d={best}, {p})")
     return best
 
-def tuning_grid(name:str,                  # model name
-                lrs:Sequence[float],       # learning rates tried for every model
-                eps_values:Sequence[float],# Euler steps tried for the ODE models
-               )->list[tuple[float, float|None]]: # (lr, eps) pairs; eps is None for models without one
-    "The (learning rate, Euler step) configurations a model is tuned over: its own knobs, each on the same values."
+def tuning_grid(name:str,                    # model name
+                lrs:Sequence[float],         # learning rates tried for every model
+                eps_values:Sequence[float],  # Euler steps tried for the ODE models
+                pes:Sequence[str]=PE_KINDS,  # positional encodings tried for "GCN+PE"
+               )->list[dict]:                # one dict per configuration: lr, and eps or pe where the model has it
+    "Configurations a model is tuned over: the learning rate, and its own knob (eps or pe), on the same values."
     _choice("model name", name, MODEL_NAMES)
-    if not lrs or (name in ODE_MODELS and not eps_values): raise ValueError("give at least one learning rate (and one eps for ODE models)")
-    return [(float(lr), float(e) if name in ODE_MODELS else None) for lr in lrs for e in (eps_values if name in ODE_MODELS else (None,))]
+    if not lrs or (name in ODE_MODELS and not eps_values) or (name == "GCN+PE" and not pes):
+        raise ValueError("give at least one learning rate (and one eps for ODE models, one pe for GCN+PE)")
+    for p in pes: _choice("pe", p, PE_KINDS)
+    if name in ODE_MODELS: extra = [dict(eps=float(e)) for e in eps_values]
+    else: extra = [dict(pe=p) for p in pes] if name == "GCN+PE" else [{}]
+    return [dict(lr=float(lr), **x) for lr in lrs for x in extra]
 
 def run_parallel(fns:Sequence[Callable[[], dict]], # zero-argument jobs (e.g. closures calling train_eval)
                  n_workers:int=1,                  # threads; 1 runs them one after another
@@ -845,3 +1009,78 @@ def far_field(sens:dict[int, float], # {hop r: S(u, r)} from `jacobian_sensitivi
     if not sens.get(0, 0) > 0: raise ValueError("the self-sensitivity S(u, 0) must be positive")
     m = float(np.mean(far))/sens[0]
     return math.log10(m) if m > 0 else floor
+
+# %% ../nbs/08_s3gnn.ipynb #b2e4d8e2
+_DATA: dict = {}       # per-process cache of generated splits (the most recent few)
+
+def graph_property_splits(n_graphs:Sequence[int],   # (train, val, test) graphs
+                          n_min:int, n_max:int,       # node counts drawn uniformly in [n_min, n_max]
+                          seed:int=0,                 # same seed, same graphs
+                          task:str="diameter",        # "diameter" | "eccentricity" | "sssp"
+                          lam_cut:float=0.7,          # eigenpairs kept: lambda <= lam_cut ...
+                          k_max:int=8,                # ... at most k_max
+                          rwse_steps:int=16,          # RWSE walk lengths
+                         )->tuple[list[Data], list[Data], list[Data]]: # train, val, test
+    "GraphProperty splits with eigenpairs and RWSE attached, generated once per process and cached."
+    key = (tuple(n_graphs), n_min, n_max, seed, task, lam_cut, k_max, rwse_steps)
+    if key not in _DATA:
+        tr, va, te = n_graphs
+        gs = make_graph_property_dataset(tr + va + te, task, n_min, n_max, seed)
+        gs = add_rwse(add_spectral(gs, lam_cut, k_max), rwse_steps)
+        while len(_DATA) >= 2: _DATA.pop(next(iter(_DATA)))
+        _DATA[key] = (gs[:tr], gs[tr:tr + va], gs[tr + va:])
+    return _DATA[key]
+
+def path_graph(n:int, lam_cut:float=0.7, k_max:int=8, rwse_steps:int=16, seed:int=0)->Data:
+    "A path of `n` nodes with uniform node features, eigenpairs and RWSE: the graph of the sensitivity study."
+    e = torch.tensor([[i, i + 1] for i in range(n - 1)]).T
+    x = torch.rand(n, 1, generator=torch.Generator().manual_seed(seed))
+    g = Data(edge_index=torch.cat([e, e.flip(0)], 1), num_nodes=n, x=x)
+    return add_rwse([SpectralTransform(lam_cut, k_max)(g)], rwse_steps)[0]
+
+def run_job(job:dict)->dict:
+    "One run from plain values: `data` (`graph_property_splits`), `model`, `model_kw`, `train`, `seed`, `path_n`."
+    data = graph_property_splits(**job["data"])
+    level = "graph" if job["data"].get("task", "diameter") == "diameter" else "node"
+    dk = {k: job["data"][k] for k in ("lam_cut", "k_max", "rwse_steps") if k in job["data"]}
+    kw = dk | job.get("model_kw", {})
+    model = make_model(job["model"], data[0][0].x.shape[1], 1, level, seed=job["seed"], **kw)
+    out, path = {}, None
+    if job.get("path_n"):                                       # sensitivity before and after training
+        path = path_graph(job["path_n"], seed=job.get("path_seed", 0), **dk)
+        out["sens_init"] = jacobian_sensitivity(model, path, 0)
+    r = train_eval(model, *data, seed=job["seed"], **job.get("train", {}))
+    out |= {k: r[k] for k in ("train", "val", "test", "best_epoch", "n_params", "steps", "seconds")}
+    if path is not None: out["sens"] = jacobian_sensitivity(model.cpu(), path, 0)
+    return out
+
+def _run_group(jobs:list[dict])->list[dict]:
+    torch.set_num_threads(1)                                    # small graphs: one thread, same bits anywhere
+    return [run_job(j) for j in jobs]
+
+def _job_cost(job:dict)->float:
+    d, t = job["data"], job.get("train", {})
+    light = 0.05 if job["model"] == "eigen MLP" else 1.0
+    return t.get("epochs", 15)*d["n_graphs"][0]*(d["n_min"] + d["n_max"])*light
+
+def run_jobs(jobs:Sequence[dict],   # run descriptions for `run_job`
+             n_jobs:int=1,          # worker processes (spawned); 1 runs everything in this process
+             desc:str|None=None,    # progress-bar label
+            )->list[dict]:          # one result per job, in the order of `jobs`
+    "Run jobs here or in `n_jobs` workers, one group per dataset, longest first; the same numbers for any `n_jobs`."
+    groups = {}
+    for i, j in enumerate(jobs): groups.setdefault(repr(sorted(j["data"].items())), []).append(i)
+    order = sorted(groups.values(), key=lambda ix: -sum(_job_cost(jobs[i]) for i in ix))
+    res = [None]*len(jobs)
+    if n_jobs <= 1 or len(order) == 1:
+        for ix in progress(order, desc=desc):
+            for i, r in zip(ix, [run_job(jobs[i]) for i in ix]): res[i] = r
+        return res
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from maspob_etal.s3gnn import _run_group as worker          # spawned workers need the installed function
+    with ProcessPoolExecutor(min(n_jobs, len(order)), mp_context=mp.get_context("spawn")) as ex:
+        futs = {ex.submit(worker, [jobs[i] for i in ix]): ix for ix in order}
+        for f in progress(as_completed(futs), total=len(futs), desc=desc):
+            for i, r in zip(futs[f], f.result()): res[i] = r
+    return res

@@ -1,4 +1,4 @@
-"Property and known-value tests of maspob_etal.s3gnn (spec section 6 and issue 7)."
+"Property and known-value tests of maspob_etal.s3gnn (spec section 6, issues 7 and 37)."
 import math, pathlib, sys
 
 import networkx as nx
@@ -13,10 +13,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent
 
 from maspob_etal.s3gnn import (
-    ADGNBaseline, ChebComplement, GCNBaseline, MODEL_NAMES, ODE_MODELS, S2GNNBaseline, S3GNN, S3Layer, SpectralTransform,
-    StableLinear, TASKS, add_spectral, cheb_propagate, cheb_response, count_params, far_field, graph_ops, jacobian_sensitivity,
-    load_graph_dataset, low_eigenpairs, low_eigenpairs_sparse, make_graph_property_dataset, make_model, make_ring_transfer,
-    match_width, normalized_laplacian, run_parallel, spectral_lift, spectral_project, train_eval, tuning_grid)
+    ADGNBaseline, ChebComplement, EigenMLP, GCNBaseline, MODEL_NAMES, ODE_MODELS, PositionalEncoding, Readout, S2GNNBaseline, S3GNN,
+    S3Layer, SpectralTransform, StableLinear, TASKS, add_rwse, add_spectral, cheb_propagate, cheb_response, count_params, evaluate,
+    far_field, graph_ops, jacobian_sensitivity, load_graph_dataset, low_eigenpairs, low_eigenpairs_sparse, make_batches,
+    make_graph_property_dataset, make_model, make_ring_transfer, match_width, normalized_laplacian, random_walk_pe, run_jobs,
+    run_parallel, spectral_lift, spectral_project, train_eval, tukey_window, tuning_grid)
 
 ALL_MODELS = (S3GNN, S2GNNBaseline, ADGNBaseline, GCNBaseline)
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -408,8 +409,11 @@ def test_far_field_and_width_matching():
             assert abs(count_params(make_model(m, 1, d=w2, n_layers=3)) - target) >= abs(p - target)
     with pytest.raises(ValueError, match="within 10%"): match_width(lambda d: make_model("GCN", 1, d=d, n_layers=3), 10**7, 32)
     assert set(ODE_MODELS) < set(MODEL_NAMES)
-    assert tuning_grid("S3GNN", [1e-3, 3e-3], [0.3, 1.0]) == [(1e-3, 0.3), (1e-3, 1.0), (3e-3, 0.3), (3e-3, 1.0)]
-    assert tuning_grid("S2GNN", [1e-3, 3e-3], [0.3, 1.0]) == [(1e-3, None), (3e-3, None)]
+    assert tuning_grid("S3GNN", [1e-3, 3e-3], [0.3, 1.0]) == [dict(lr=1e-3, eps=0.3), dict(lr=1e-3, eps=1.0),
+                                                              dict(lr=3e-3, eps=0.3), dict(lr=3e-3, eps=1.0)]
+    assert tuning_grid("S2GNN", [1e-3, 3e-3], [0.3, 1.0]) == [dict(lr=1e-3), dict(lr=3e-3)]
+    assert tuning_grid("GCN+PE", [1e-3], [0.3], ["lap", "rwse"]) == [dict(lr=1e-3, pe="lap"), dict(lr=1e-3, pe="rwse")]
+    with pytest.raises(ValueError, match="pe must be one of"): tuning_grid("GCN+PE", [1e-3], [0.3], ["magnetic"])
 
 
 def test_same_numbers_with_one_and_two_threads():
@@ -429,3 +433,147 @@ def test_s3layer_with_an_edge_index_says_what_to_pass():
     lay = S3Layer(4)
     with pytest.raises(TypeError, match=r"ops = graph_ops\(batch\)"):
         lay(torch.zeros(3, 4), torch.tensor([[0, 1], [1, 0]]))
+
+
+# ---------------------------------------------------------------- issue 37: taper, dtype, readout size, baselines, runs
+@pytest.mark.parametrize("lam_cut,alpha", [(0.7, 0.5), (1.2, 0.25), (0.5, 0.8)])
+def test_tukey_window_taper_known_values(lam_cut, alpha):
+    """S2GNN's one-sided Tukey window: 1 up to alpha*lam_cut, then cos(pi (x - alpha) / (2 - 2 alpha)) with x = lam/lam_cut,
+    a quarter cosine that spans the whole taper [alpha, 1] and reaches 0 exactly at lam_cut. At a fraction f of the taper
+    the value is cos(pi f / 2): 1/sqrt 2 halfway, sqrt 3 / 2 a third of the way, 1/2 two thirds of the way."""
+    f = torch.tensor([0.0, 1/3, 0.5, 2/3, 1.0, 1.5])                       # position inside the taper (1.5: beyond the cut)
+    lam = lam_cut*(alpha + f*(1 - alpha))
+    ref = torch.tensor([1.0, math.sqrt(3)/2, 1/math.sqrt(2), 0.5, 0.0, 0.0])
+    torch.testing.assert_close(tukey_window(lam, lam_cut, alpha), ref, atol=1e-6, rtol=0)
+    flat = torch.linspace(0, alpha*lam_cut, 7)                              # flat part
+    torch.testing.assert_close(tukey_window(flat, lam_cut, alpha), torch.ones(7), atol=0, rtol=0)
+    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\)"): tukey_window(lam, lam_cut, 1.0)
+
+
+def test_spectral_project_and_lift_follow_the_signal_dtype():
+    g = graph_of(nx.connected_watts_strogatz_graph(14, 4, 0.3, seed=1), k_max=5)
+    ops = graph_ops(g)
+    assert ops.V.dtype == torch.float32                                      # eigenpairs are stored in float32
+    Z = torch.randn(14, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    Zhat = spectral_project(ops.V, Z, ops.batch, ops.pos)
+    assert Zhat.dtype == torch.float64
+    torch.testing.assert_close(Zhat, ops.V.double().transpose(1, 2) @ Z[None], atol=1e-12, rtol=0)
+    assert spectral_lift(ops.V, Zhat, ops.batch, ops.pos).dtype == torch.float64
+
+
+@pytest.mark.parametrize("J", [1, 3])
+def test_double_layer_and_model_on_float32_eigenpairs(J):
+    "A .double() layer (or model) runs on eigenpairs stored in float32 and agrees with the float32 one."
+    g = graph_of(nx.connected_watts_strogatz_graph(16, 4, 0.3, seed=2), d_in=3, k_max=5)
+    torch.manual_seed(0); lay = S3Layer(3, n_gauss=8, J=J)
+    H = g.x.float()
+    ref = lay(H, graph_ops(g))
+    out = lay.double()(H.double(), graph_ops(g))
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out.float(), ref, atol=1e-5, rtol=0)
+    torch.manual_seed(0); net = S3GNN(3, 8, 1, 2, level="graph", J=J)
+    ref = net(g)
+    torch.testing.assert_close(net.double()(g).float(), ref, atol=1e-5, rtol=0)
+    torch.manual_seed(0); gcn = GCNBaseline(3, 8, 1, 2, pe="lap", k_max=5).eval()
+    ref = gcn(g)
+    torch.testing.assert_close(gcn.double()(g).float(), ref, atol=1e-5, rtol=0)
+
+
+def test_readout_sees_log_graph_size():
+    "With size=True the graph head gets log n of each graph; the node head gets it at every node."
+    b = Batch.from_data_list([Data(x=torch.zeros(n, 2), edge_index=torch.empty(2, 0, dtype=torch.long), num_nodes=n) for n in (3, 7)])
+    for level, rows in (("graph", [0, 1]), ("node", [0, 3])):
+        ro = Readout(2, 1, level, size=True)
+        with torch.no_grad():
+            ro.mlp[0].weight.zero_(); ro.mlp[0].weight[0, -1] = 1.0; ro.mlp[0].bias.zero_()
+            ro.mlp[2].weight.zero_(); ro.mlp[2].weight[0, 0] = 1.0; ro.mlp[2].bias.zero_()
+        out = ro(torch.zeros(10, 2), b.batch, 2)[rows, 0]                    # first node of each graph at node level
+        torch.testing.assert_close(out, torch.nn.functional.gelu(torch.tensor([math.log(3), math.log(7)])), atol=1e-6, rtol=0)
+    assert Readout(4, 1, "graph", size=False).mlp[0].in_features == 8 and Readout(4, 1, "graph").mlp[0].in_features == 9
+
+
+def test_eigen_mlp_reads_only_the_spectrum_and_the_size():
+    Gs = [nx.path_graph(9), nx.cycle_graph(9), nx.path_graph(13)]
+    gs = [graph_of(G, d_in=2, seed=i, k_max=6) for i, G in enumerate(Gs)]
+    torch.manual_seed(0); mlp = EigenMLP(6, 16)
+    out = mlp(Batch.from_data_list(gs))
+    assert out.shape == (3, 1)
+    other_x = [g.clone() for g in gs]
+    for g in other_x: g.x = torch.randn_like(g.x)
+    torch.testing.assert_close(mlp(Batch.from_data_list(other_x)), out, atol=0, rtol=0)   # node features are ignored
+    lam, m = gs[2].eigvals, gs[2].eig_mask.float()                            # by hand for the 13-node path
+    z = torch.cat([lam*m, m, torch.tensor([[math.log(13)]])], -1)
+    torch.testing.assert_close(out[2], mlp.mlp(z)[0], atol=1e-6, rtol=0)
+    assert not torch.allclose(out[0], out[1])                                  # path and cycle: different spectra
+    with pytest.raises(ValueError, match="k_max=8"): EigenMLP(8)(gs[0])
+
+
+def test_random_walk_pe_matches_pyg_and_by_hand():
+    from torch_geometric.transforms import AddRandomWalkPE
+    G = nx.Graph([(0, 1), (1, 2), (2, 0), (2, 3)]); G.add_node(4)              # a triangle with a tail and an isolated node
+    g = Data(edge_index=edges_of(G), num_nodes=5)
+    pe = add_rwse([g.clone()], steps=4)[0].rwse
+    torch.testing.assert_close(pe, AddRandomWalkPE(4, "ref")(g.clone()).ref, atol=1e-6, rtol=0)
+    # node 3 (degree 1, neighbour 2 of degree 3): return after 2 steps 1/3, after 3 steps 0 via the triangle? 3->2->x->3 needs x=2: 0
+    assert pe[3, 0] == 0 and abs(pe[3, 1] - 1/3) < 1e-6 and pe[4].abs().max() == 0
+    with pytest.raises(ValueError, match="positive integer"): random_walk_pe(torch.eye(3), steps=0)
+
+
+def test_lap_pe_sign_flips_are_seeded_and_training_only():
+    g = graph_of(nx.connected_watts_strogatz_graph(12, 4, 0.3, seed=4), k_max=5)
+    outs = []
+    for burn in (0, 7):                                                        # global RNG use before must not matter
+        torch.manual_seed(burn); torch.rand(burn + 1)
+        pe = PositionalEncoding("lap", 4, k_max=5, seed=3)
+        with torch.no_grad(): pe.lin.weight.copy_(torch.arange(40.).reshape(4, 10)/40); pe.lin.bias.fill_(0.1)
+        outs.append(pe.train()(g))
+    torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
+    pe.eval(); torch.testing.assert_close(pe(g), pe(g), atol=0, rtol=0)
+    V = g.eigvecs; lam = (g.eigvals*g.eig_mask).expand(12, -1)
+    torch.testing.assert_close(pe(g), pe.lin(torch.cat([V, lam], -1)), atol=1e-6, rtol=0)   # eval: no flip
+
+
+def test_ops_memo_reuses_and_invalidates():
+    data = add_spectral(make_graph_property_dataset(6, "diameter", seed=1), 0.7, 4)
+    b = make_batches(data, 3)[0]
+    o1 = graph_ops(b); assert graph_ops(b) is o1                               # built once per batch
+    assert graph_ops(b, gcn=True) is not o1
+    b.eigvecs.mul_(-1)                                                         # changed in place: rebuilt
+    o2 = graph_ops(b); assert o2 is not o1
+    torch.testing.assert_close(o2.V, -o1.V, atol=0, rtol=0)
+    plain = Batch.from_data_list(data[:3])                                     # not from make_batches: never memoised
+    assert graph_ops(plain) is not graph_ops(plain)
+
+
+def test_train_eval_leaves_the_model_at_its_best_validation_epoch():
+    data = add_spectral(make_graph_property_dataset(24, "diameter", seed=9), 0.7, 6)
+    torch.manual_seed(0); net = S3GNN(1, 8, 1, 2)
+    r = train_eval(net, data[:12], data[12:18], data[18:], epochs=6, batch_size=6, lr=3e-2, seed=1)
+    assert r["val"] == min(h[2] for h in r["history"])
+    tr = data[:12]; y = torch.cat([g.y for g in tr])
+    val = evaluate(net, make_batches(data[12:18], 6), "mse", y.mean(0), y.std(0))
+    test = evaluate(net, make_batches(data[18:], 6), "mse", y.mean(0), y.std(0))
+    assert abs(val - r["val"]) < 1e-9 and abs(test - r["test"]) < 1e-9
+
+
+def test_run_jobs_same_numbers_in_workers_and_in_process():
+    "Runs described by plain values give the same bits in this process and in two spawned workers, in job order."
+    spec = dict(n_graphs=(10, 4, 4), n_min=8, n_max=12, task="diameter", lam_cut=0.7, k_max=4, rwse_steps=4)
+    kw = dict(d=8, n_layers=2, n_gauss=8)
+    jobs = [dict(data=spec | dict(seed=s), model=m, model_kw=kw | x, train=dict(epochs=2, batch_size=5), seed=s, path_n=12 if m == "S3GNN" else None)
+            for s in (0, 1) for m, x in (("S3GNN", dict(J=2)), ("GCN+PE", dict(pe="rwse")), ("eigen MLP", {}))]
+    here, there = run_jobs(jobs, 1), run_jobs(jobs, 2)
+    for a, b in zip(here, there):
+        assert [a[k] for k in ("train", "val", "test", "n_params")] == [b[k] for k in ("train", "val", "test", "n_params")]
+    assert here[0]["sens"] == there[0]["sens"] and set(here[0]["sens"]) == set(range(12))
+    assert here[0]["test"] != here[3]["test"]                                  # seeds 0 and 1: their own graphs and weights
+
+
+def test_make_model_new_arms():
+    assert make_model("GCN+PE", 1, d=8, n_layers=2, pe="lap").pe.kind == "lap"
+    assert make_model("GCN+PE", 1, d=8, n_layers=2, pe="none").pe is None
+    assert make_model("S3GNN", 1, d=8, n_layers=2, J=2).layers[0].comp.phi.shape == (3, 8)
+    assert make_model("S3GNN no complement", 1, d=8, n_layers=2, J=2).layers[0].comp is None
+    assert isinstance(make_model("eigen MLP", 1, d=8, k_max=6), EigenMLP)
+    with pytest.raises(ValueError, match="level='graph'"): make_model("eigen MLP", 1, level="node")
+    with pytest.raises(ValueError, match="pe must be one of"): make_model("GCN+PE", 1, d=8, n_layers=2, pe="magnetic")
