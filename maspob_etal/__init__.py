@@ -1,4 +1,4 @@
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # `help(fn)` shows what each argument means. The notebooks document arguments as comments beside each parameter
 # (fastcore's "docments"); when a submodule of this package is imported, every public function, class and method

@@ -276,6 +276,7 @@ def run(slugs:Sequence[str]=(),     # method slugs, e.g. ["maspob", "catq"]
         todo = list(dict.fromkeys(slugs))
         missing = [s for s in todo if s not in found]
         if missing: raise FileNotFoundError(f"no notebook yet for {', '.join(missing)} in {nbs_dir(nbs)}; present: {', '.join(found) or 'none'}")
+    if executor == "local": _papermill()   # a missing notebook extra is said once, before anything starts
     extra = dict(params or {}, **({"dry_run": True} if dry_run else {}))
     for slug in todo: check_params(found[slug], extra)   # every -p (and dry_run) checked before anything runs
     out = results_dir(out)
@@ -401,6 +402,9 @@ def main(argv:Sequence[str]|None=None)->int:
                 print(f"report: {report(results_dir(args.out))}")
             return 1 if any(not r["ok"] for r in res) else 0
         if args.cmd == "report":
+            if args.results is None and not os.environ.get("MASPOB_RESULTS") and project_root() is None:
+                raise _Fail("no results here: run maspob-etal report inside a checkout of the repository, or pass "
+                            "--results DIR (a folder of results/*.json)")
             out = report(args.results, args.docs)
             print(f"wrote {out}" + (f" and {args.docs}" if args.docs else ""))
             return 0

@@ -151,3 +151,7 @@ def test_cluster_options_from_a_file_and_flags(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"): cluster_options(tmp_path/"none.toml")
     r = cli("run", "social_choice", "--jobs", "0", "--out", str(tmp_path/"o"), cwd=tmp_path)
     assert r.returncode == 2
+
+def test_report_outside_a_checkout_says_where_results_are(tmp_path):
+    r = cli("report", cwd=tmp_path, env={"MASPOB_RESULTS": ""})
+    assert r.returncode == 2 and "inside a checkout" in r.stderr and not (tmp_path/"results").exists()

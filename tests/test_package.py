@@ -73,3 +73,15 @@ def test_lock_file_agrees_with_pyproject():
         if name in ("torch", "maspob-etal"): continue
         assert name in pins, f"{r.name} is a dependency but requirements-lock.txt does not pin it: run make lock"
         assert r.specifier.contains(pins[name], prereleases=True), f"{r.name}=={pins[name]} does not satisfy {text!r}"
+
+def test_citation_changelog_and_license_agree_with_the_package():
+    import yaml, maspob_etal
+    from maspob_etal.claims import METHODS
+    cff = yaml.safe_load((ROOT/"CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["version"] == maspob_etal.__version__ and cff["license"] == "Apache-2.0"
+    assert len(cff["references"]) == len(METHODS) and all(r["title"] and r["authors"] for r in cff["references"])
+    import re
+    assert re.search(r"^## (\S+)", (ROOT/"CHANGELOG.md").read_text(), re.M)[1] == maspob_etal.__version__   # newest entry
+    assert "Apache License" in (ROOT/"LICENSE").read_text()[:200]
+    proj = tomllib.loads((ROOT/"pyproject.toml").read_text())["project"]
+    assert proj["license"] == "Apache-2.0" and proj["license-files"] == ["LICENSE"]
