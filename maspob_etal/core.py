@@ -12,12 +12,20 @@ from types import SimpleNamespace
 from typing import Iterable
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
+class _LazyTorch:
+    "torch, imported on first use: the ledger and the NumPy-only methods import this module without paying for torch."
+    def __getattr__(self, name):
+        import torch as _torch
+        globals()["torch"] = _torch                    # from now on the real module
+        return getattr(_torch, name)
+
+torch = _LazyTorch()
+
 # %% auto #0
-__all__ = ['SCALES', 'check_scale', 'scale_at_least', 'pick', 'get_device', 'seed_everything', 'progress_enabled', 'progress',
-           'Timer', 'cpu_threads', 'interactive_session', 'explorer']
+__all__ = ['torch', 'SCALES', 'check_scale', 'scale_at_least', 'pick', 'get_device', 'seed_everything', 'progress_enabled',
+           'progress', 'Timer', 'cpu_threads', 'interactive_session', 'explorer']
 
 # %% ../nbs/00_core.ipynb #96111ec4
 SCALES = ("smoke", "full", "gpu")

@@ -85,3 +85,12 @@ def test_citation_changelog_and_license_agree_with_the_package():
     assert "Apache License" in (ROOT/"LICENSE").read_text()[:200]
     proj = tomllib.loads((ROOT/"pyproject.toml").read_text())["project"]
     assert proj["license"] == "Apache-2.0" and proj["license-files"] == ["LICENSE"]
+
+def test_the_ledger_and_numpy_only_methods_import_without_torch():
+    "maspob_etal.core imports torch on first use only, so the ledger, the CLI and social_choice start fast."
+    code = ("import sys, maspob_etal.claims, maspob_etal.cli, maspob_etal.social_choice\n"
+            "print('TORCH', 'torch' in sys.modules)\n"
+            "import maspob_etal.core as c; c.seed_everything(0); print('AFTER', 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "TORCH False" in out.stdout and "AFTER True" in out.stdout, out.stdout
