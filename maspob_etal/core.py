@@ -23,9 +23,22 @@ class _LazyTorch:
 
 torch = _LazyTorch()
 
+EXTRAS = dict(gnn="torch-geometric", diffusion="diffusers", llm="transformers, peft, gguf, accelerate, all-MiniLM-L6-v2",
+              neuro="nilearn, mne", moo="pymoo", bench="pyarrow")   # pip install 'maspob_etal[<extra>]'
+
+def require(extra:str,   # the extra that installs them, a key of EXTRAS
+            *modules:str, # top-level modules the caller is about to import
+           ):
+    "Raise an ImportError that names the extra to install when one of `modules` is not installed."
+    import importlib.util
+    if extra not in EXTRAS: raise ValueError(f"unknown extra {extra!r}; valid: {', '.join(EXTRAS)}")
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing: raise ImportError(f"{', '.join(missing)} is not installed: this part of maspob_etal needs "
+                                  f"pip install 'maspob_etal[{extra}]' ({EXTRAS[extra]})")
+
 # %% auto #0
-__all__ = ['torch', 'SCALES', 'check_scale', 'scale_at_least', 'pick', 'get_device', 'seed_everything', 'progress_enabled',
-           'progress', 'Timer', 'cpu_threads', 'interactive_session', 'explorer']
+__all__ = ['torch', 'EXTRAS', 'SCALES', 'require', 'check_scale', 'scale_at_least', 'pick', 'get_device', 'seed_everything',
+           'progress_enabled', 'progress', 'Timer', 'cpu_threads', 'interactive_session', 'explorer']
 
 # %% ../nbs/00_core.ipynb #96111ec4
 SCALES = ("smoke", "full", "gpu")

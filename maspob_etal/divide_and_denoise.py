@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from scipy import ndimage, sparse
 from scipy.optimize import linprog
+from .core import progress, require
+require("diffusion", "diffusers")
 from diffusers import DDIMScheduler, DDPMPipeline, DDPMScheduler, UNet2DModel
 from fastcore.basics import patch
-
-from .core import progress
 
 # %% auto #0
 __all__ = ['SHAPES', 'PALETTE', 'SIZE_RANGE', 'FAIRNESS', 'COLOR_CLASSES', 'SHAPE_CLASSES', 'Concept', 'concept_from_name',

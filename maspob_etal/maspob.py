@@ -14,10 +14,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from .core import progress, require, seed_everything
+require("gnn", "torch_geometric")
 from torch_geometric.nn import GATv2Conv
 
 from fastcore.basics import patch
-from .core import progress, seed_everything
 from .models import embed_texts, generate
 
 # %% auto #0

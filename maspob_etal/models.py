@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .core import get_device, progress
+from .core import get_device, progress, require
 
 # %% auto #0
 __all__ = ['SMOLLM2_GGUF', 'SMOLLM2_INSTALL', 'cache_dir', 'smollm2_gguf_path', 'minilm_path', 'load_causal_lm', 'load_tokenizer',
@@ -54,6 +54,7 @@ def _smollm2_cache()->Path:
 
 def _convert_gguf(gguf:Path, dest:Path):
     "De-quantize `gguf` with transformers and save model + tokenizer as safetensors in `dest` (atomically)."
+    require("llm", "transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -74,6 +75,7 @@ def load_causal_lm(name_or_path:str|None=None, # None: SmolLM2-135M-Instruct fro
                    dtype:torch.dtype=torch.float32, # weights' dtype after loading
                   ):
     "Load a causal LM and its tokenizer offline; returns `(model, tokenizer)` in eval mode, tokenizer padded on the left."
+    require("llm", "transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     dev = get_device(device)
     kw = dict(dtype=dtype, local_files_only=True)
@@ -105,6 +107,7 @@ def load_causal_lm(name_or_path:str|None=None, # None: SmolLM2-135M-Instruct fro
 def load_tokenizer(name_or_path:str|None=None, # None: SmolLM2-135M-Instruct's tokenizer; or a folder, a .gguf file, a hub name
                   ):
     "Load only the tokenizer of a model, offline (left-padded, with a pad token), without loading its weights."
+    require("llm", "transformers")
     from transformers import AutoTokenizer
     if name_or_path is None:
         folder = _smollm2_cache()
@@ -212,6 +215,7 @@ def loglik(model, tok,                    # from `load_causal_lm`
 # %% ../nbs/00b_models.ipynb #06fdbb9f
 @lru_cache(maxsize=4)
 def _load_encoder(path:str, device:str):
+    require("llm", "transformers")
     from transformers import AutoModel, AutoTokenizer
     return AutoTokenizer.from_pretrained(path, local_files_only=True), AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
 

@@ -1,5 +1,7 @@
 "The package as a library user meets it: argument help in help(), the dependency split, the CLI outside a checkout."
 import os, pydoc, subprocess, sys, tomllib
+
+import pytest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,3 +96,11 @@ def test_the_ledger_and_numpy_only_methods_import_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "TORCH False" in out.stdout and "AFTER True" in out.stdout, out.stdout
+
+@pytest.mark.timeout(1200)
+def test_core_install_of_the_wheel_outside_the_checkout():
+    "tools/check_wheel.sh: the wheel without extras in a clean env; core modules import, the others name their extra."
+    r = subprocess.run(["bash", str(ROOT/"tools"/"check_wheel.sh")], capture_output=True, text=True, timeout=1150, cwd=ROOT)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "core install:" in r.stdout and "need an extra:" in r.stdout
+    print(r.stdout[-1500:])
