@@ -19,10 +19,12 @@ from .core import progress
 
 # %% auto #0
 __all__ = ['DESCENT_CONSTANTS', 'SCHEDULES', 'INITS', 'stack', 'unstack', 'extraction', 'lora_product', 'J_and_grad',
-           'grad_J_sym', 'autograd_loss_grad', 'descent_rhs', 'step_size_from_norms', 'step_size', 'init_V', 'lora_gd',
+           'grad_J_sym', 'autograd_loss_grad', 'descent_rhs', 'theory_L', 'step_size_from_norms', 'first_step_alpha',
+           'step_size', 'init_V', 'multi_J_and_grad', 'lora_gd_multi', 'lora_gd', 'block_stack', 'column_blocks',
            'certificate', 'LeastSquaresLoss', 'least_squares_problem', 'SoftmaxLoss', 'softmax_regression_problem',
            'digits_data', 'pydoc_text', 'text_batches', 'add_lora', 'lora_layers', 'reset_lora', 'first_lora_layer',
-           'prefix_states', 'lm_batch_loss', 'lm_loss', 'lora_sgd', 'lora_llm_schedules']
+           'prefix_states', 'lm_batch_loss', 'lm_loss', 'lora_sgd', 'lora_sgd_arms', 'lora_llm_schedules',
+           'run_llm_tasks']
 
 # %% ../nbs/12_lora_convergence.ipynb #924edee0
 def stack(B:Tensor, # adapter B, (..., m, r)
@@ -118,8 +120,16 @@ def descent_rhs(J1:Tensor,   # J(V1), (...)
 # %% ../nbs/12_lora_convergence.ipynb #cae2b8c2
 SCHEDULES = ("theory", "constant", "adaptive", "adaptive2", "normalized")
 
+def theory_L(L:float,         # smoothness constant of the loss
+             n_matrices:int=1, # adapted matrices stacked in V
+            )->float:          # the constant the theory step uses
+    "The theory step's constant: $L$ for one adapted matrix, $2L$ for several stacked block-wise (Lemma 3.6)."
+    if isinstance(n_matrices, bool) or not isinstance(n_matrices, (int, np.integer)) or n_matrices < 1:
+        raise ValueError(f"n_matrices must be an integer >= 1 (adapted matrices), got {n_matrices!r}")
+    return L if n_matrices == 1 else 2*L                                           # Lemma 3.6
+
 def _eta(schedule, V_sq, G_norm, loss, gJ_norm, L, alpha, cap):
-    "The step of `schedule` from the norms, unchecked (the inner loops call this)."
+    "The step of `schedule` from the norms, unchecked (for inner loops; `L` is the theory step's constant)."
     if schedule == "theory": eta = 1.0/(4*math.sqrt(2)*L*(V_sq + G_norm))           # Lemma 3.4
     elif schedule == "constant": eta = alpha*torch.ones_like(V_sq)
     elif schedule == "adaptive": eta = alpha/(V_sq + G_norm)
@@ -132,6 +142,16 @@ def _positive(name, x):
     t = torch.as_tensor(x)
     if not (torch.isfinite(t) & (t > 0)).all(): raise ValueError(f"{name} must be > 0 (a step size or constant), got {x}")
 
+def _need(schedule, given):
+    "Check the schedule's name and that the norms it needs are given."
+    if schedule not in SCHEDULES: raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    need = dict(theory=("V_sq", "G_norm", "L"), constant=("alpha",), adaptive=("V_sq", "G_norm", "alpha"),
+                adaptive2=("V_sq", "loss", "alpha"), normalized=("gradJ_norm", "alpha"))[schedule]
+    missing = [k for k in need if given.get(k) is None]
+    if missing: raise ValueError(f"schedule {schedule!r} needs {', '.join(need)}; missing {', '.join(missing)}")
+    if given.get("loss") is not None and (torch.as_tensor(given["loss"]) < 0).any():
+        raise ValueError(f"adaptive2 uses sqrt(loss): the loss must be >= 0, got {given['loss']}")
+
 def step_size_from_norms(schedule:str,    # one of SCHEDULES
                          *,
                          V_sq=None,       # squared Frobenius norm of V (all adapters), (...)
@@ -141,20 +161,30 @@ def step_size_from_norms(schedule:str,    # one of SCHEDULES
                          L:float=None,    # smoothness constant (theory)
                          alpha=None,      # base rate; a number or a tensor broadcastable to the batch
                          cap:float=1.0,   # upper limit of every step (paper: 1)
+                         n_matrices:int=1, # adapted matrices in V (theory: 2L from 2 on, Lemma 3.6)
                         )->Tensor:        # eta, (...)
     "Step size of one schedule from the norms it needs."
-    if schedule not in SCHEDULES: raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    _positive("cap", cap)
-    need = dict(theory=("V_sq", "G_norm", "L"), constant=("alpha",), adaptive=("V_sq", "G_norm", "alpha"),
-                adaptive2=("V_sq", "loss", "alpha"), normalized=("gradJ_norm", "alpha"))[schedule]
     given = dict(V_sq=V_sq, G_norm=G_norm, loss=loss, gradJ_norm=gradJ_norm, L=L, alpha=alpha)
-    missing = [k for k in need if given[k] is None]
-    if missing: raise ValueError(f"schedule {schedule!r} needs {', '.join(need)}; missing {', '.join(missing)}")
+    _need(schedule, given); _positive("cap", cap)
     _positive("L", L if schedule == "theory" else None); _positive("alpha", alpha if schedule != "theory" else None)
     t = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.float64)
-    if loss is not None and (t(loss) < 0).any(): raise ValueError(f"adaptive2 uses sqrt(loss): the loss must be >= 0, got {loss}")
     V_sq = t(V_sq) if V_sq is not None else t(alpha if schedule == "constant" else gradJ_norm)   # unused then: only its shape matters
-    return _eta(schedule, V_sq, t(G_norm), t(loss), t(gradJ_norm), L, t(alpha), cap)
+    L_eff = theory_L(L, n_matrices) if schedule == "theory" else None
+    return _eta(schedule, V_sq, t(G_norm), t(loss), t(gradJ_norm), L_eff, t(alpha), cap)
+
+def first_step_alpha(schedule:str,    # one of SCHEDULES but "theory"
+                     eta0,            # the wanted first step before the cap, a number or a tensor
+                     *,
+                     V_sq=None, G_norm=None, loss=None, gradJ_norm=None, # norms at V0, as in step_size_from_norms
+                    )->Tensor:        # alpha, broadcast of eta0 and the norms
+    "The base rate $\\alpha$ whose first step (before the cap) is `eta0`: `eta0` times the denominator at $V_0$."
+    if schedule == "theory": raise ValueError("the theory step has no base rate: it is set by L")
+    _need(schedule, dict(V_sq=V_sq, G_norm=G_norm, loss=loss, gradJ_norm=gradJ_norm, alpha=1.0))
+    _positive("eta0", eta0)
+    t = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.float64)
+    V_sq = t(V_sq if V_sq is not None else 1.0)
+    one = _eta(schedule, V_sq, t(G_norm), t(loss), t(gradJ_norm), None, t(1.0), math.inf)   # 1/denominator
+    return t(eta0)/one                                                                # eta0 x denominator
 
 def step_size(schedule:str,     # one of SCHEDULES
               *,
@@ -193,6 +223,106 @@ def init_V(m:int, n:int, r:int, # adapted matrix (m, n) and LoRA rank r
     return stack(B, A)
 
 # %% ../nbs/12_lora_convergence.ipynb #1c9b75cd
+def multi_J_and_grad(Vs:Sequence[Tensor], # stacked adapters of each adapted matrix, (..., m_i+n_i, r_i)
+                     ms:Sequence[int],    # rows of each B_i
+                     loss_grad:Callable,  # [X_i (..., m_i, n_i)] -> (loss (...), [G_i (..., m_i, n_i)])
+                    )->tuple[Tensor, list, list]: # J (...), [grad J_i (..., m_i+n_i, r_i)], [G_i]
+    r"$J = L(B_1A_1, \dots, B_kA_k)$, its gradient $[G_iA_i^\top; G_i^\top B_i]$ per matrix, and the $G_i$."
+    BA = [unstack(V, m) for V, m in zip(Vs, ms)]
+    Xs = [B @ A for B, A in BA]                                                       # (..., m_i, n_i)
+    J, Gs = loss_grad(Xs)
+    J = torch.as_tensor(J, dtype=Xs[0].dtype, device=Xs[0].device)
+    listed = isinstance(Gs, (list, tuple))
+    if not listed or len(Gs) != len(Xs) or any(not isinstance(G, Tensor) or G.shape != X.shape for G, X in zip(Gs, Xs)):
+        got = [tuple(G.shape) if isinstance(G, Tensor) else type(G).__name__ for G in Gs] if listed else Gs
+        raise ValueError(f"loss_grad must return (loss, G) with G shaped like its input X "
+                         f"{[tuple(X.shape) for X in Xs]} (..., m, n); got G {got}")
+    if J.shape != Xs[0].shape[:-2]:
+        raise ValueError(f"loss_grad must return one loss per matrix, shape {tuple(Xs[0].shape[:-2])}; "
+                         f"got {tuple(J.shape)}")
+    gJs = [torch.cat([G @ A.transpose(-1, -2), G.transpose(-1, -2) @ B], -2) for (B, A), G in zip(BA, Gs)]
+    return J, gJs, list(Gs)
+
+def _shift(seed, i):
+    "The seed (or seeds) of the i-th adapted matrix: the first matrix keeps `seed`."
+    return seed + 1000*i if isinstance(seed, (int, np.integer)) else [int(s) + 1000*i for s in seed]
+
+def lora_gd_multi(loss_grad:Callable,   # [X_i (..., m_i, n_i)] -> (loss (...), [G_i]); see `multi_J_and_grad`
+                  shapes:Sequence[tuple], # (m_i, n_i, r_i) of each adapted matrix and its rank
+                  T:int,                # number of full-batch GD steps
+                  schedule:str="theory", # one of SCHEDULES
+                  alpha=None,           # base rate (all but theory): a number or a tensor that broadcasts
+                  L:float=None,         # smoothness constant of the loss (theory; 2L from 2 matrices on)
+                  init:str="kaiming_B0", # start of each matrix, see `init_V` (ignored when V0s is given)
+                  seed:int|Sequence[int]=0, # seed, or a list of seeds for a batch (matrix i: seed + 1000 i)
+                  V0s:Sequence[Tensor]=None, # explicit starts, one (..., m_i+n_i, r_i) per matrix
+                  cap:float=1.0,        # upper limit of every step (paper: 1)
+                  diverge_factor:float=1e6, # diverged once J > diverge_factor * max(1, |J(V0)|) or not finite
+                  dtype=torch.float64, device=None, # where the runs happen (the loss must live there too)
+                  show_progress:bool=False, # tqdm bar over the steps
+                 )->dict:               # histories (T+1 or T rows, then the batch) and the final Vs
+    "LoRA GD on several adapted matrices at once: one step from the norms of all of them (Lemma 3.6)."
+    if isinstance(T, bool) or not (isinstance(T, (int, np.integer)) and T >= 1):
+        raise ValueError(f"T must be an integer >= 1, got {T!r}")
+    if schedule not in SCHEDULES: raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "theory":
+        if L is None: raise ValueError("the theory step needs the smoothness constant L of the loss")
+        _positive("L", L)
+    else:
+        if alpha is None: raise ValueError(f"schedule {schedule!r} needs a base rate alpha > 0")
+        _positive("alpha", alpha)
+    _positive("cap", cap)
+    shapes = [tuple(int(x) for x in s) for s in shapes]
+    if not shapes or any(len(s) != 3 for s in shapes):
+        raise ValueError(f"shapes must list (m, n, r) per adapted matrix, got {shapes}")
+    if V0s is None: Vs = [init_V(m, n, r, init, _shift(seed, i), dtype=dtype) for i, (m, n, r) in enumerate(shapes)]
+    else: Vs = [V.detach().clone() for V in V0s]
+    if len(Vs) != len(shapes): raise ValueError(f"V0s holds {len(Vs)} starts for {len(shapes)} matrices")
+    for V, (m, n, r) in zip(Vs, shapes):
+        if V.ndim < 2 or V.shape[-2:] != (m + n, r):
+            raise ValueError(f"V0 must be (..., m+n, r) = (..., {m+n}, {r}); got {tuple(V.shape)}")
+    Vs = [V.to(device=device, dtype=dtype) for V in Vs]; batch = Vs[0].shape[:-2]; dev = Vs[0].device
+    if any(V.shape[:-2] != batch for V in Vs): raise ValueError("every V0 must have the same batch shape")
+    if alpha is not None:
+        try: alpha = torch.broadcast_to(torch.as_tensor(alpha, dtype=dtype, device=dev), batch)
+        except RuntimeError:
+            raise ValueError(f"alpha of shape {tuple(torch.as_tensor(alpha).shape)} does not broadcast to the batch "
+                             f"{tuple(batch)}") from None
+    L_eff = theory_L(L, len(shapes)) if schedule == "theory" else None      # 2L for several matrices (Lemma 3.6)
+    ms = [m for m, _, _ in shapes]
+    nan = lambda: torch.full((T + 1, *batch), float("nan"), dtype=dtype, device=dev)
+    hist = {k: nan() for k in ("J", "grad_sq", "V_sq", "G_norm")}
+    hist["eta"] = torch.zeros((T, *batch), dtype=dtype, device=dev)
+    alive = torch.ones(batch, dtype=torch.bool, device=dev)
+    diverged_at = torch.full(batch, -1, dtype=torch.long, device=dev)
+    bar = progress(range(T + 1), desc=f"lora_gd {schedule}", **({} if show_progress else dict(disable=True)))
+    for t in bar:
+        J, gJs, Gs = multi_J_and_grad(Vs, ms, loss_grad)
+        g_sq = sum((g**2).sum((-2, -1)) for g in gJs)                        # |grad J|^2 over all matrices
+        v_sq = sum((V**2).sum((-2, -1)) for V in Vs)                         # |V|^2 = sum_i |V_i|^2
+        g_norm = sum((G**2).sum((-2, -1)) for G in Gs).sqrt()                # |(G_1, ..., G_k)|
+        if t == 0:
+            limit = diverge_factor*J.abs().clamp_min(1.0)
+            if schedule == "adaptive2" and (J < 0).any():
+                raise ValueError("adaptive2 uses sqrt(loss): the loss must be >= 0")
+        ok = alive & torch.isfinite(J) & (J <= limit) & torch.isfinite(v_sq)
+        diverged_at = torch.where(alive & ~ok, t, diverged_at)
+        shown = ok | (alive & ~ok)                     # log the step where a run diverged, then stop logging
+        for k, x in (("J", J), ("grad_sq", g_sq), ("V_sq", v_sq), ("G_norm", g_norm)):
+            hist[k][t] = torch.where(shown, x, hist[k][t])
+        alive = ok
+        if t == T: break
+        if t % 50 == 49 and not bool(alive.any()): break         # every run diverged: nothing left to do
+        eta = _eta(schedule, v_sq, g_norm, J, g_sq.sqrt(), L_eff, alpha, cap)
+        eta = torch.where(alive, eta, torch.zeros_like(J))
+        hist["eta"][t] = eta
+        Vs = [torch.where(alive[..., None, None], V - eta[..., None, None]*g, V) for V, g in zip(Vs, gJs)]
+    hist["slack"] = hist["J"][:-1] - hist["J"][1:] - hist["eta"]/4*hist["grad_sq"][:-1]   # Lemma 3.4: >= 0
+    out = {k: v.cpu() for k, v in hist.items()}
+    out.update(Vs=[V.cpu() for V in Vs], diverged=(diverged_at >= 0).cpu(), diverged_at=diverged_at.cpu(),
+               schedule=schedule, alpha=None if alpha is None else alpha.cpu(), L=L, shapes=shapes, T=T)
+    return out
+
 def lora_gd(loss_grad:Callable, # X (..., m, n) -> (loss (...), G (..., m, n)); see `J_and_grad`
             m:int, n:int, r:int, # adapted matrix (m, n) and LoRA rank r
             T:int,              # number of full-batch GD steps
@@ -208,48 +338,37 @@ def lora_gd(loss_grad:Callable, # X (..., m, n) -> (loss (...), G (..., m, n)); 
             show_progress:bool=False, # tqdm bar over the steps
            )->dict:             # histories (T+1 or T rows, then the batch) and the final V
     "Run LoRA gradient descent, i.e. plain GD on the stacked adapters $V$, for a batch of runs at once."
-    if not (isinstance(T, (int, np.integer)) and T >= 1): raise ValueError(f"T must be an integer >= 1, got {T!r}")
-    if schedule not in SCHEDULES: raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if schedule == "theory":
-        if L is None: raise ValueError("the theory step needs the smoothness constant L of the loss")
-        _positive("L", L)
-    else:
-        if alpha is None: raise ValueError(f"schedule {schedule!r} needs a base rate alpha > 0")
-        _positive("alpha", alpha)
-    _positive("cap", cap)
-    V = init_V(m, n, r, init, seed, dtype=dtype) if V0 is None else V0.detach().clone()
-    if V.ndim < 2 or V.shape[-2:] != (m + n, r):
-        raise ValueError(f"V0 must be (..., m+n, r) = (..., {m+n}, {r}); got {tuple(V.shape)}")
-    V = V.to(device=device, dtype=dtype); batch = V.shape[:-2]; dev = V.device
-    if alpha is not None:
-        try: alpha = torch.broadcast_to(torch.as_tensor(alpha, dtype=dtype, device=dev), batch)
-        except RuntimeError: raise ValueError(f"alpha of shape {tuple(torch.as_tensor(alpha).shape)} does not broadcast to the batch {tuple(batch)}") from None
-    hist = {k: torch.full((T + 1, *batch), float("nan"), dtype=dtype, device=dev) for k in ("J", "grad_sq", "V_sq", "G_norm")}
-    hist["eta"] = torch.zeros((T, *batch), dtype=dtype, device=dev)
-    alive = torch.ones(batch, dtype=torch.bool, device=dev)
-    diverged_at = torch.full(batch, -1, dtype=torch.long, device=dev)
-    bar = progress(range(T + 1), desc=f"lora_gd {schedule}", **({} if show_progress else dict(disable=True)))
-    for t in bar:
-        J, gJ, G = J_and_grad(V, m, loss_grad)
-        g_sq, v_sq, g_norm = (gJ**2).sum((-2, -1)), (V**2).sum((-2, -1)), _fro(G)
-        if t == 0:
-            limit = diverge_factor*J.abs().clamp_min(1.0)
-            if schedule == "adaptive2" and (J < 0).any(): raise ValueError("adaptive2 uses sqrt(loss): the loss must be >= 0")
-        ok = alive & torch.isfinite(J) & (J <= limit) & torch.isfinite(v_sq)
-        diverged_at = torch.where(alive & ~ok, t, diverged_at)
-        shown = alive                                                 # log the step that diverged, then stop logging
-        for k, x in (("J", J), ("grad_sq", g_sq), ("V_sq", v_sq), ("G_norm", g_norm)): hist[k][t] = torch.where(shown, x, hist[k][t])
-        alive = ok
-        if t == T: break
-        if t % 50 == 49 and not bool(alive.any()): break              # every run diverged: nothing left to do
-        eta = torch.where(alive, _eta(schedule, v_sq, g_norm, J, g_sq.sqrt(), L, alpha, cap), torch.zeros_like(J))
-        hist["eta"][t] = eta
-        V = torch.where(alive[..., None, None], V - eta[..., None, None]*gJ, V)
-    hist["slack"] = hist["J"][:-1] - hist["J"][1:] - hist["eta"]/4*hist["grad_sq"][:-1]   # Lemma 3.4: >= 0
-    out = {k: v.cpu() for k, v in hist.items()}
-    out.update(V=V.cpu(), diverged=(diverged_at >= 0).cpu(), diverged_at=diverged_at.cpu(), schedule=schedule,
-               alpha=None if alpha is None else alpha.cpu(), L=L, m=m, n=n, r=r, T=T)
+    def one(Xs):                                                    # the one-matrix loss, on a list of one
+        J, G = loss_grad(Xs[0])
+        return J, [G]
+    out = lora_gd_multi(one, [(m, n, r)], T, schedule, alpha, L, init, seed, None if V0 is None else [V0], cap,
+                        diverge_factor, dtype, device, show_progress)
+    out["V"] = out.pop("Vs")[0]; out.update(m=m, n=n, r=r)
     return out
+
+# %% ../nbs/12_lora_convergence.ipynb #b5e2a7c4
+def block_stack(Bs:Sequence[Tensor], # adapters B_i, each (m_i, r_i)
+                As:Sequence[Tensor], # adapters A_i, each (r_i, n_i)
+               )->Tensor:            # V, (sum m_i + sum n_i, sum r_i)
+    r"Stack several adapters block-wise (Lemma 3.6): $V = [\mathrm{diag}(B_i); \mathrm{diag}(A_i)^\top]$."
+    if len(Bs) != len(As) or not len(Bs):
+        raise ValueError(f"need one A per B and at least one pair, got {len(Bs)} B and {len(As)} A")
+    for B, A in zip(Bs, As):
+        if B.ndim != 2 or A.ndim != 2 or B.shape[1] != A.shape[0]:
+            raise ValueError(f"each B_i must be (m_i, r_i) and A_i (r_i, n_i); got {tuple(B.shape)}, {tuple(A.shape)}")
+    return stack(torch.block_diag(*Bs), torch.block_diag(*As))
+
+def column_blocks(loss_grad:Callable,  # one-matrix loss: X (..., m, n) -> (loss (...), G (..., m, n))
+                  sizes:Sequence[int], # columns n_1, ..., n_k of the blocks (they sum to n)
+                 )->Callable:          # [X_i (..., m, n_i)] -> (loss (...), [G_i (..., m, n_i)])
+    "A loss on $k$ adapted matrices from a one-matrix loss: $L(W_1, \\dots, W_k) = L([W_1 \\cdots W_k])$."
+    sizes = [int(s) for s in sizes]
+    def multi(Xs):
+        if [X.shape[-1] for X in Xs] != sizes:
+            raise ValueError(f"the blocks must have {sizes} columns, got {[X.shape[-1] for X in Xs]}")
+        J, G = loss_grad(torch.cat(list(Xs), -1))
+        return J, list(G.split(sizes, -1))
+    return multi
 
 # %% ../nbs/12_lora_convergence.ipynb #567ee180
 def _np(x): return x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x, dtype=float)
@@ -440,12 +559,15 @@ def lora_layers(model)->list:
 def reset_lora(model,                # a peft model
                seed:int=0,           # seed of the CPU generator that draws A and B
                b_init_std:float=1e-3, # standard deviation of B0 (paper's small init; 0 gives the usual B0 = 0)
+               init_scale:float=1.0, # both adapters times this, so |V0|^2 times its square (Experiment 3)
               ):
-    "Re-draw every adapter: A Kaiming-uniform (a = sqrt 5), B Gaussian with `b_init_std`."
+    "Re-draw every adapter: A Kaiming-uniform (a = sqrt 5), B Gaussian with `b_init_std`, both times `init_scale`."
+    _positive("init_scale", init_scale)
+    if not b_init_std >= 0: raise ValueError(f"b_init_std must be >= 0, got {b_init_std}")
     g = torch.Generator().manual_seed(seed)
     for A, B, _ in lora_layers(model):
-        A.copy_((2*torch.rand(A.shape, generator=g) - 1)/math.sqrt(A.shape[1]))
-        B.copy_(b_init_std*torch.randn(B.shape, generator=g))
+        A.copy_(init_scale*(2*torch.rand(A.shape, generator=g) - 1)/math.sqrt(A.shape[1]))
+        B.copy_(init_scale*b_init_std*torch.randn(B.shape, generator=g))
 
 # %% ../nbs/12_lora_convergence.ipynb #03aada59
 def _split_lm(model)->tuple:
@@ -516,33 +638,39 @@ def lora_sgd(model,                  # a peft model (see `add_lora`)
              steps:int,              # SGD steps
              schedule:str="constant", # any of SCHEDULES but "theory" (the LLM's L is unknown)
              alpha:float=None,       # base rate
-             eta0:float=None,        # instead of alpha: set alpha so that the first step is eta0
+             eta0:float=None,        # instead of alpha: set alpha so that the first step (before the cap) is eta0
              cap:float=1.0,          # upper limit of every step
              seed:int=0,             # adapter init and batch order
-             b_init_std:float=1e-3,  # B0 ~ N(0, b_init_std^2)
-             eval_batches:int=8,     # the first batches, on which the training loss is measured before and after
+             b_init_std:float=1e-3,  # B0 ~ N(0, b_init_std^2), before `init_scale`
+             init_scale:float=1.0,   # A0 and B0 times this (see `reset_lora`)
+             eval_batches:int=8,     # the first batches, on which the training loss is measured
+             eval_at:Sequence[int]|None=None, # steps after which to measure the training loss (default: the last)
              n_last:int|None=None,   # tokens scored per sequence (None: all)
              prefix:Tensor|None=None, # cached states entering the lowest adapted layer, one per batch (see `prefix_states`)
              diverge_factor:float=10.0, # diverged once a batch loss exceeds this times the first one, or is not finite
              show_progress:bool=False,
-            )->dict:                 # per-step loss, eta, V_sq, grad norms; initial and final training loss
+            )->dict:                 # per-step loss, eta, V_sq, grad norms; training loss at the start, at `eval_at`
     "Plain SGD on the LoRA adapters of a language model with one step-size schedule (adapters re-drawn from `seed`)."
     if schedule not in SCHEDULES or schedule == "theory":
         raise ValueError(f"schedule must be one of {SCHEDULES[1:]} for an LLM (the theory step needs L), got {schedule!r}")
     if (alpha is None) == (eta0 is None): raise ValueError("pass exactly one of alpha and eta0")
     _positive("alpha", alpha); _positive("eta0", eta0); _positive("cap", cap)
     if batches.ndim != 3: raise ValueError(f"batches must be (n_batches, batch, seq) token ids, got {tuple(batches.shape)}")
+    eval_at = sorted({int(e) for e in (eval_at or (steps,))})
+    if eval_at[0] < 1 or eval_at[-1] > steps:
+        raise ValueError(f"eval_at must hold steps in 1..{steps}, got {eval_at}")
     layers = lora_layers(model)
     first = first_lora_layer(model) if prefix is not None else 0
     if prefix is not None and (len(prefix) != len(batches) or tuple(prefix.shape[1:3]) != tuple(batches.shape[1:])):
         raise ValueError(f"prefix {tuple(prefix.shape)} must hold one (batch, seq, d) block per batch of {tuple(batches.shape)}")
     params = [p for A, B, _ in layers for p in (A, B)]
-    reset_lora(model, seed, b_init_std)
+    reset_lora(model, seed, b_init_std, init_scale)
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(seed))
     model.eval()                                                          # no dropout anywhere: SGD on a fixed function
     ev = slice(0, eval_batches)
     evaluate = lambda: lm_loss(model, batches[ev], n_last, first, None if prefix is None else prefix[ev])
-    h = dict(loss=[], eta=[], V_sq=[], grad_norm=[], G_norm=[], init_loss=evaluate(), diverged=False)
+    h = dict(loss=[], eta=[], V_sq=[], grad_norm=[], G_norm=[], init_loss=evaluate(), diverged=False, eval_at=eval_at,
+             eval_loss=[])
     for _, _, W in layers: W.requires_grad_(schedule == "adaptive")      # grad_W L = grad wrt the frozen base weight
     try:
         for t in progress(range(steps), desc=f"lora_sgd {schedule}", **({} if show_progress else dict(disable=True))):
@@ -550,50 +678,108 @@ def lora_sgd(model,                  # a peft model (see `add_lora`)
             loss = lm_batch_loss(model, batches[i], n_last, first, None if prefix is None else prefix[i])
             loss.backward()
             with torch.no_grad():
-                v_sq = sum((p.double()**2).sum() for p in params)
-                g_norm = sum((p.grad.double()**2).sum() for p in params).sqrt()
-                G_norm = sum((W.grad.double()**2).sum() for _, _, W in layers).sqrt() if schedule == "adaptive" else torch.tensor(float("nan"))
+                v_sq = sum((p.double()**2).sum() for p in params)                          # |V|^2 over all adapters
+                g_norm = sum((p.grad.double()**2).sum() for p in params).sqrt()             # |grad J|
+                G_norm = torch.tensor(float("nan"))
+                if schedule == "adaptive": G_norm = sum((W.grad.double()**2).sum() for _, _, W in layers).sqrt()
                 lv = loss.detach().double()
                 if t == 0:
                     first_loss = lv.item()
                     if alpha is None:                                     # match the first step to eta0
-                        alpha = eta0*_eta(schedule, v_sq, G_norm, lv, g_norm, None, torch.tensor(1.0, dtype=torch.float64), math.inf).reciprocal().item() \
-                            if schedule != "constant" else eta0
+                        alpha = first_step_alpha(schedule, eta0, V_sq=v_sq, G_norm=G_norm, loss=lv,
+                                                 gradJ_norm=g_norm).item()
                 eta = _eta(schedule, v_sq, G_norm, lv, g_norm, None, torch.tensor(alpha, dtype=torch.float64), cap).item()
                 if not math.isfinite(lv.item()) or lv.item() > diverge_factor*first_loss or not math.isfinite(eta):
                     h["diverged"] = True; break
                 for p in params: p.add_(p.grad, alpha=-eta)
             for p in params: p.grad = None
             for _, _, W in layers: W.grad = None
-            for k, x in (("loss", lv), ("eta", eta), ("V_sq", v_sq), ("grad_norm", g_norm), ("G_norm", G_norm)): h[k].append(float(x))
+            for k, x in (("loss", lv), ("eta", eta), ("V_sq", v_sq), ("grad_norm", g_norm), ("G_norm", G_norm)):
+                h[k].append(float(x))
+            if t + 1 in eval_at: h["eval_loss"].append(evaluate())
     finally:
         for _, _, W in layers: W.requires_grad_(False); W.grad = None
         for p in params: p.grad = None
-    h["final_loss"] = float("nan") if h["diverged"] else evaluate()
-    h.update(schedule=schedule, alpha=alpha, seed=seed, steps=steps, b_init_std=b_init_std)
+    h["eval_loss"] += [h["init_loss"]]*(len(eval_at) - len(h["eval_loss"]))   # diverged: no better than the start
+    h.update(final_loss=h["eval_loss"][-1], schedule=schedule, alpha=alpha, seed=seed, steps=steps, b_init_std=b_init_std,
+             init_scale=init_scale)
     return h
 
-def lora_llm_schedules(model,            # a causal LM (wrapped with `add_lora` here unless it already has LoRA layers)
+# %% ../nbs/12_lora_convergence.ipynb #c7f1a2b3
+def lora_sgd_arms(model,             # a peft model (see `add_lora`)
+                  batches:Tensor,    # token ids, (n_batches, batch, seq)
+                  arms:dict,         # name -> keyword arguments of `lora_sgd` (schedule, alpha or eta0, ...)
+                  steps:int,         # SGD steps of every arm without its own "steps"
+                  seed:int=0,        # one seed: the same start and batch order for every arm
+                  eval_at:Sequence[int]|None=None, # steps at which to measure the training loss (those each arm reaches)
+                  **kw,              # passed to every `lora_sgd` call (prefix, n_last, init_scale, ...)
+                 )->dict:            # name -> `lora_sgd` history
+    "Several schedules from one start; an arm `{'mean_step_of': name}` is a constant step at that arm's mean step."
+    out = {}
+    for name, a in arms.items():
+        if not isinstance(a, dict) or not ("schedule" in a or "mean_step_of" in a):
+            raise ValueError(f"arms[{name!r}] must be a dict with a 'schedule' or 'mean_step_of' key, got {a!r}")
+        a = dict(a); n = int(a.pop("steps", steps))
+        if "mean_step_of" in a:                                  # the same total step length, spread evenly
+            ref = a.pop("mean_step_of")
+            if ref not in out: raise ValueError(f"arms[{name!r}] takes the mean step of {ref!r}: put {ref!r} earlier")
+            etas = out[ref]["eta"][:n]
+            a = dict(schedule="constant", alpha=float(np.mean(etas) if etas else kw.get("cap", 1.0)), **a)
+        ev = [e for e in (eval_at or (n,)) if e <= n] or [n]
+        out[name] = lora_sgd(model, batches, n, seed=seed, eval_at=ev, **{**kw, **a})
+    return out
+
+def lora_llm_schedules(model,            # a causal LM (wrapped with `add_lora` here unless it has LoRA layers)
                        batches:Tensor,   # token ids, (n_batches, batch, seq)
-                       schedules:dict,   # name -> keyword arguments of `lora_sgd`, e.g. {"schedule": "adaptive2", "eta0": 0.1}
+                       schedules:dict,   # name -> `lora_sgd` arguments, e.g. {"schedule": "adaptive2", "eta0": 0.1}
                        steps:int,        # SGD steps per run
-                       seeds:Sequence[int]=(0,), # one run per schedule and seed; a seed fixes the init and the batch order
+                       seeds:Sequence[int]=(0,), # one run per schedule and seed (a seed fixes init and batch order)
                        rank:int=32,      # LoRA rank (paper: 32)
-                       layers:Sequence[int]|None=None, # decoder layers to adapt when wrapping here (None: all)
-                       b_init_std:float=1e-3, # B0 ~ N(0, b_init_std^2) (paper's small init); a schedule's own value wins
+                       layers:Sequence[int]|None=None, # decoder layers to adapt if wrapped here (None: all)
+                       b_init_std:float=1e-3, # B0 ~ N(0, b_init_std^2) (paper's small init) unless a schedule sets it
                        n_last:int|None=None,  # tokens scored per sequence (None: all)
-                       prefix:Tensor|None=None, # cached states entering the lowest adapted layer; computed here when None and it is > 0
+                       prefix:Tensor|None=None, # cached states entering the lowest adapted layer (None: computed)
                        eval_batches:int=8,
                        show_progress:bool=False,
                       )->dict:           # name -> list of `lora_sgd` histories, one per seed
-    "Run several step-size schedules of LoRA SGD on one language model, each from the same starts and batch orders."
+    "Run several step-size schedules of LoRA SGD on one language model, from the same starts and batch orders."
     try: lora_layers(model)
     except ValueError: model = add_lora(model, rank, layers=layers)
     first = first_lora_layer(model)
-    if prefix is None and first > 0: prefix = prefix_states(model, batches, first)   # the frozen bottom layers, run once
-    out = {}
-    for name, kw in schedules.items():
-        if not isinstance(kw, dict) or "schedule" not in kw: raise ValueError(f"schedules[{name!r}] must be a dict with a 'schedule' key, got {kw!r}")
-        kw = dict(dict(b_init_std=b_init_std, eval_batches=eval_batches, n_last=n_last, prefix=prefix), **kw)
-        out[name] = [lora_sgd(model, batches, steps, seed=s, show_progress=show_progress, **kw) for s in seeds]
-    return out
+    if prefix is None and first > 0: prefix = prefix_states(model, batches, first)   # the frozen bottom, run once
+    kw = dict(b_init_std=b_init_std, eval_batches=eval_batches, n_last=n_last, prefix=prefix, show_progress=show_progress)
+    runs = [lora_sgd_arms(model, batches, schedules, steps, seed=s, **kw) for s in seeds]
+    return {name: [r[name] for r in runs] for name in schedules}
+
+_LLM_WORKER = {}   # the model of a worker process, loaded by its first task
+
+def _llm_worker(task:dict)->dict:
+    "One task in a spawned worker: load and wrap the model once per process (one thread); `lora_sgd_arms`."
+    key = (task["model_path"], tuple(task["layers"] or ()), task["rank"])
+    if _LLM_WORKER.get("key") != key:
+        torch.set_num_threads(1)
+        from maspob_etal.models import load_causal_lm
+        model, _ = load_causal_lm(task["model_path"], device="cpu")
+        _LLM_WORKER.update(key=key, model=add_lora(model, task["rank"], layers=task["layers"]))
+    return lora_sgd_arms(_LLM_WORKER["model"], **task["run"])
+
+def run_llm_tasks(runs:Sequence[dict],  # per task, the arguments of `lora_sgd_arms` (batches, arms, steps, seed, ...)
+                  model=None,           # the peft model of this process (used when n_jobs = 1)
+                  n_jobs:int=1,         # worker processes (spawned, one thread each); 1 runs every task here
+                  model_path:str|None=None, # what each worker loads (None: SmolLM2-135M-Instruct), as for `model`
+                  layers:Sequence[int]|None=None, # the decoder layers the workers adapt, as in `model`
+                  rank:int=32,          # LoRA rank of the workers' adapters, as in `model`
+                  show_progress:bool=False,
+                 )->list[dict]:         # the result of `lora_sgd_arms` for each task, in order
+    "Run LoRA SGD tasks here or in `n_jobs` spawned workers of one thread each: the same numbers either way."
+    bar = {} if show_progress else dict(disable=True)
+    if n_jobs <= 1 or len(runs) <= 1:
+        if model is None: raise ValueError("pass model= to run the tasks in this process (n_jobs = 1)")
+        return [lora_sgd_arms(model, **r) for r in progress(runs, desc="LLM tasks", **bar)]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from maspob_etal.lora_convergence import _llm_worker as worker   # spawned workers need the installed function
+    layers = None if layers is None else [int(i) for i in layers]
+    tasks = [dict(model_path=model_path, layers=layers, rank=rank, run=r) for r in runs]
+    with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=mp.get_context("spawn")) as ex:
+        return list(progress(ex.map(worker, tasks), total=len(tasks), desc="LLM tasks", **bar))

@@ -1,4 +1,4 @@
-"Tests of maspob_etal.lora_convergence: the stacked algebra, an independent peft LoRA step, Lemmas 3.3 and 3.4, constants, schedules, trajectories against an autograd reference, the certificate (Theorem 3.5), thread independence, errors, and the LLM path at tiny size."
+"Tests of maspob_etal.lora_convergence: the stacked algebra, an independent peft LoRA step, Lemmas 3.3, 3.4 and 3.6, constants, schedules, trajectories against an autograd reference, the certificate (Theorem 3.5), thread and worker independence, errors, the LLM path at tiny size, the |V0| knob, and the notebook's presets and prose."
 import math
 
 import numpy as np
@@ -11,10 +11,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent
 
 from maspob_etal.lora_convergence import (
-    SCHEDULES, J_and_grad, LeastSquaresLoss, SoftmaxLoss, add_lora, autograd_loss_grad, certificate, descent_rhs, digits_data,
-    extraction, first_lora_layer, grad_J_sym, init_V, least_squares_problem, lm_batch_loss, lm_loss, lora_gd, lora_layers,
-    lora_llm_schedules, lora_product, lora_sgd, prefix_states, pydoc_text, reset_lora, softmax_regression_problem, stack,
-    step_size, step_size_from_norms, text_batches, unstack)
+    SCHEDULES, J_and_grad, LeastSquaresLoss, SoftmaxLoss, add_lora, autograd_loss_grad, block_stack, certificate, column_blocks,
+    descent_rhs, digits_data, extraction, first_lora_layer, first_step_alpha, grad_J_sym, init_V, least_squares_problem,
+    lm_batch_loss, lm_loss, lora_gd, lora_gd_multi, lora_layers, lora_llm_schedules, lora_product, lora_sgd, lora_sgd_arms,
+    multi_J_and_grad, prefix_states, pydoc_text, reset_lora, run_llm_tasks, softmax_regression_problem, stack, step_size,
+    step_size_from_norms, text_batches, theory_L, unstack)
 
 f64 = torch.float64
 pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny products: a second thread only spins
@@ -265,6 +266,96 @@ def test_step_sizes_from_matrices_with_non_unit_norms():
     eta = step_size("adaptive2", V=Vb, loss=torch.tensor([2.25, 4.0], dtype=f64), alpha=2.0)
     assert torch.allclose(eta, torch.tensor([2/14.5, 2/54], dtype=f64))
 
+# --- Lemma 3.6: several adapted matrices ------------------------------------------------------------------------
+
+def _reference_multi_theory_gd(loss_fn, BAs, T, L, cap=1.0):
+    "LoRA GD on several (B_i, A_i) pairs written from scratch: autograd through the joint loss, the theory step with 2L."
+    Bs, As, Js = [B.clone() for B, _ in BAs], [A.clone() for _, A in BAs], []
+    k = len(Bs)
+    for t in range(T + 1):
+        Bv, Av = [B.clone().requires_grad_(True) for B in Bs], [A.clone().requires_grad_(True) for A in As]
+        Xs = [B @ A for B, A in zip(Bv, Av)]
+        J = loss_fn(Xs)
+        grads = torch.autograd.grad(J, Bv + Av + Xs)
+        gB, gA, G = grads[:k], grads[k:2*k], grads[2*k:]
+        Js.append(J.item())
+        if t == T: break
+        v_sq = sum((B**2).sum().item() for B in Bs) + sum((A**2).sum().item() for A in As)   # |V|^2 of the stacked V
+        g_norm = math.sqrt(sum((g**2).sum().item() for g in G))                              # |(G_1, ..., G_k)|
+        eta = min(1/(4*math.sqrt(2)*(2*L)*(v_sq + g_norm)), cap)                               # Lemma 3.4 with 2L (Lemma 3.6)
+        Bs, As = [B - eta*g for B, g in zip(Bs, gB)], [A - eta*g for A, g in zip(As, gA)]
+    return torch.tensor(Js, dtype=f64), [stack(B, A) for B, A in zip(Bs, As)]
+
+def test_lemma_3_6_several_matrices_equal_an_autograd_reference_with_2L():
+    "Three adapted matrices of different widths and ranks, coupled through one least-squares loss with a frozen W0: every "
+    "block's gradient, the summed norms and the constant 2L set the trajectory."
+    g = torch.Generator().manual_seed(21)
+    N, m, sizes, ranks = 60, 5, [3, 6, 4], [1, 3, 2]
+    X, Y = torch.randn(N, sum(sizes), dtype=f64, generator=g), torch.randn(N, m, dtype=f64, generator=g)
+    W0 = 0.3*torch.randn(m, sum(sizes), dtype=f64, generator=g)
+    ref_loss = lambda Xs: 0.5*((X @ (W0 + torch.cat(Xs, -1)).T - Y)**2).sum()/N
+    ours = column_blocks(autograd_loss_grad(lambda D: 0.5*((X @ (W0 + D).transpose(-1, -2) - Y)**2).sum((-2, -1))/N), sizes)
+    L = torch.linalg.eigvalsh(X.T @ X/N)[-1].item()
+    V0s = [init_V(m, n, r, "gaussian", seed=i, std=0.6) for i, (n, r) in enumerate(zip(sizes, ranks))]
+    h = lora_gd_multi(ours, [(m, n, r) for n, r in zip(sizes, ranks)], T=30, schedule="theory", L=L, V0s=V0s)
+    J_ref, V_ref = _reference_multi_theory_gd(ref_loss, [unstack(V, m) for V in V0s], 30, L)
+    assert torch.allclose(h["J"], J_ref, rtol=1e-10, atol=1e-12)
+    for V, Vr in zip(h["Vs"], V_ref): assert torch.allclose(V, Vr, rtol=1e-9, atol=1e-11)
+    assert (h["eta"] < 1).all() and (h["slack"] >= 0).all() and h["J"][-1] < h["J"][0]
+    # the same step from the norms: the sum over the matrices, 2L
+    J0, gJs, Gs = multi_J_and_grad(V0s, [m]*3, ours)
+    v_sq = sum((V**2).sum() for V in V0s); g_norm = sum((G**2).sum() for G in Gs).sqrt()
+    assert float(h["eta"][0]) == pytest.approx(1/(4*math.sqrt(2)*2*L*(v_sq + g_norm)).item(), rel=1e-12)
+    assert float(step_size_from_norms("theory", V_sq=v_sq, G_norm=g_norm, L=L, n_matrices=3)) == pytest.approx(float(h["eta"][0]), rel=1e-12)
+
+def test_lemma_3_6_stacking_is_one_block_diagonal_matrix():
+    "Block-wise stacking: BA = diag(B_i A_i), and LoRA GD on two matrices is GD on the one block-diagonal V with constant 2L."
+    g = torch.Generator().manual_seed(22)
+    Bs = [torch.randn(3, 2, dtype=f64, generator=g), torch.randn(4, 1, dtype=f64, generator=g)]
+    As = [torch.randn(2, 5, dtype=f64, generator=g), torch.randn(1, 2, dtype=f64, generator=g)]
+    V = block_stack(Bs, As)
+    assert V.shape == (3 + 4 + 5 + 2, 3)
+    assert torch.allclose(lora_product(V, 7), torch.block_diag(Bs[0] @ As[0], Bs[1] @ As[1]), atol=1e-12)
+    T_star = torch.randn(3, 5, dtype=f64, generator=g), torch.randn(4, 2, dtype=f64, generator=g)
+    two = lambda Xs: (sum(0.5*((X - Ts)**2).sum((-2, -1)) for X, Ts in zip(Xs, T_star)), [X - Ts for X, Ts in zip(Xs, T_star)])
+    def diag_loss(X):                                                   # the loss of the diagonal blocks of one (7, 7) matrix
+        J, (G1, G2) = two([X[..., :3, :5], X[..., 3:, 5:]])
+        G = torch.zeros_like(X); G[..., :3, :5] = G1; G[..., 3:, 5:] = G2
+        return J, G
+    hm = lora_gd_multi(two, [(3, 5, 2), (4, 2, 1)], T=40, schedule="theory", L=1.0, V0s=[stack(Bs[0], As[0]), stack(Bs[1], As[1])])
+    h1 = lora_gd(diag_loss, 7, 7, 3, T=40, schedule="theory", L=2.0, V0=V)
+    assert torch.allclose(hm["J"], h1["J"], rtol=1e-12, atol=1e-13)
+    B1, A1 = unstack(h1["V"], 7)
+    assert torch.allclose(B1[:3, 2:], torch.zeros(3, 1, dtype=f64)) and torch.allclose(A1[2:, :5], torch.zeros(1, 5, dtype=f64))  # stays block-diagonal
+    assert torch.allclose(lora_product(h1["V"], 7)[:3, :5], lora_product(hm["Vs"][0], 3), atol=1e-12)
+
+def test_lemma_3_6_step_descends_on_random_points():
+    "One theory step of two coupled softmax matrices (2L) from 2000 random points of norms 1e-2..1e2: Lemma 3.4's decrease."
+    loss, L = small_softmax(seed=3)                                      # 5 classes, 12 features split 5 + 7
+    two = column_blocks(loss, [5, 7])
+    V1, _ = _random_pairs(2000, 5, 5, 2, seed=9); V2, _ = _random_pairs(2000, 5, 7, 3, seed=10)
+    h = lora_gd_multi(two, [(5, 5, 2), (5, 7, 3)], T=1, schedule="theory", L=L, V0s=[V1, V2])
+    assert (h["slack"][0] >= -1e-12*h["J"][0].abs().clamp_min(1)).all()
+    assert theory_L(L, 2) == 2*L and theory_L(L) == L
+    with pytest.raises(ValueError, match="n_matrices must be"): theory_L(L, 0)
+    with pytest.raises(ValueError, match="V0s holds"): lora_gd_multi(two, [(5, 5, 2), (5, 7, 3)], T=1, L=L, V0s=[V1])
+    with pytest.raises(ValueError, match="one A per B"): block_stack([torch.zeros(2, 1)], [])
+    with pytest.raises(ValueError, match="columns"): column_blocks(loss, [6, 6])([torch.zeros(5, 5), torch.zeros(5, 7)])
+
+def test_first_step_alpha_sets_the_first_step_of_every_schedule():
+    "lora_gd with alpha = first_step_alpha(eta0) takes eta0 as its first step (below the cap), and the cap above it."
+    loss, L, _ = least_squares_problem(N=100, seed=4)
+    V0 = init_V(8, 20, 2, "gaussian", [0, 1], std=0.5)
+    J0, gJ0, G0 = J_and_grad(V0, 8, loss)
+    nrm = dict(V_sq=(V0**2).sum((-2, -1)), G_norm=G0.flatten(1).norm(dim=1), loss=J0, gradJ_norm=gJ0.flatten(1).norm(dim=1))
+    for s in SCHEDULES[1:]:
+        for eta0, first in ((0.004, 0.004), (3.0, 1.0)):
+            h = lora_gd(loss, 8, 20, 2, T=3, schedule=s, alpha=first_step_alpha(s, eta0, **nrm), V0=V0)
+            assert torch.allclose(h["eta"][0], torch.full((2,), first, dtype=f64), rtol=1e-12), s
+    a = first_step_alpha("adaptive", torch.tensor([[0.1], [0.2]]), **{k: v[None] for k, v in nrm.items()})
+    assert a.shape == (2, 2) and torch.allclose(a[1]/a[0], torch.full((2,), 2.0, dtype=f64))
+    assert torch.allclose(a[0], 0.1*(nrm["V_sq"] + nrm["G_norm"]))
+
 # --- constants ---------------------------------------------------------------------------------------------------
 
 def test_least_squares_smoothness_constant_and_optima():
@@ -418,39 +509,115 @@ def test_prefix_cache_and_last_token_loss_are_exact():
     with pytest.raises(ValueError, match="must hold one"): lora_sgd(model, ids, 1, "constant", alpha=0.1, prefix=pre[:2])
     with pytest.raises(ValueError, match="first_layer must be"): prefix_states(model, ids, 4)
 
-def test_toy_and_llm_runs_do_not_depend_on_the_thread_count():
+def test_init_scale_moves_both_adapters_and_V0(tiny_llama):
+    "The |V0| knob: init_scale multiplies A0 and B0 (not only B0), so |V0|^2 moves by its square."
+    reset_lora(tiny_llama, seed=4, b_init_std=0.05)
+    ref = [(A.detach().clone(), B.detach().clone()) for A, B, _ in lora_layers(tiny_llama)]
+    reset_lora(tiny_llama, seed=4, b_init_std=0.05, init_scale=0.1)
+    for (A, B, _), (A1, B1) in zip(lora_layers(tiny_llama), ref):
+        assert torch.allclose(A, 0.1*A1, rtol=1e-6) and torch.allclose(B, 0.1*B1, rtol=1e-6)
+    batches = torch.randint(0, 128, (2, 2, 16), generator=torch.Generator().manual_seed(2))
+    v = [lora_sgd(tiny_llama, batches, 1, "constant", alpha=0.1, seed=4, eval_batches=1, init_scale=c)["V_sq"][0] for c in (1.0, 0.1, 3.0)]
+    assert v[1] == pytest.approx(0.01*v[0], rel=1e-5) and v[2] == pytest.approx(9*v[0], rel=1e-5)
+    with pytest.raises(ValueError, match="init_scale must be > 0"): reset_lora(tiny_llama, init_scale=0.0)
+
+def test_lora_sgd_budgets_divergence_and_mean_step_arms(tiny_llama):
+    "eval_at measures the loss at several budgets of one run; a diverged run counts as its start; the mean-step arm."
+    batches = torch.randint(0, 128, (3, 2, 16), generator=torch.Generator().manual_seed(3))
+    h = lora_sgd(tiny_llama, batches, 4, "adaptive", eta0=0.5, seed=1, eval_batches=2, eval_at=(4, 1, 2))
+    assert h["eval_at"] == [1, 2, 4] and len(h["eval_loss"]) == 3 and h["final_loss"] == h["eval_loss"][-1]
+    h2 = lora_sgd(tiny_llama, batches, 2, "adaptive", eta0=0.5, seed=1, eval_batches=2)   # the same run, stopped after 2 steps
+    assert h2["final_loss"] == pytest.approx(h["eval_loss"][1], abs=1e-7)
+    bad = lora_sgd(tiny_llama, batches, 5, "constant", alpha=1e6, cap=1e9, seed=1, b_init_std=1.0, init_scale=3.0, eval_batches=2,
+                   eval_at=(3, 5), diverge_factor=1.001)                       # huge steps: the loss rises by far more than 0.1 %
+    assert bad["diverged"] and bad["eval_loss"] == [bad["init_loss"]]*2
+    arms = {"adaptive": dict(schedule="adaptive", eta0=0.8), "mean": dict(mean_step_of="adaptive"),
+            "mean@2": dict(mean_step_of="adaptive", steps=2)}
+    out = lora_sgd_arms(tiny_llama, batches, arms, 4, seed=2, eval_at=(2, 4), eval_batches=2)
+    assert out["mean"]["alpha"] == pytest.approx(np.mean(out["adaptive"]["eta"]), rel=1e-12)
+    assert out["mean@2"]["alpha"] == pytest.approx(np.mean(out["adaptive"]["eta"][:2]), rel=1e-12)
+    assert out["mean@2"]["steps"] == 2 and out["mean@2"]["eval_at"] == [2] and out["mean"]["eval_at"] == [2, 4]
+    assert len(set(out["adaptive"]["eta"])) == 4 and set(out["mean"]["eta"]) == {out["mean"]["alpha"]}
+    with pytest.raises(ValueError, match="earlier"): lora_sgd_arms(tiny_llama, batches, {"m": dict(mean_step_of="x")}, 2)
+    with pytest.raises(ValueError, match="eval_at must hold"): lora_sgd(tiny_llama, batches, 2, "constant", alpha=0.1, eval_at=(0,))
+
+def test_toy_runs_do_not_depend_on_the_thread_count():
     assert_thread_independent("""
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-from maspob_etal.lora_convergence import (digits_data, softmax_regression_problem, least_squares_problem, lora_gd, init_V,
-                                          add_lora, prefix_states, lora_sgd)
+from maspob_etal.lora_convergence import digits_data, softmax_regression_problem, least_squares_problem, lora_gd, init_V
 X, y = digits_data(); dg, L = softmax_regression_problem(X, y)
 V0 = init_V(10, 64, 4, "kaiming_B0", [0, 1, 2], dtype=torch.float32).expand(2, -1, -1, -1)
-h = lora_gd(dg.to(None, torch.float32), 10, 64, 4, 100, "adaptive2", alpha=torch.tensor([[0.8], [2.4]]), V0=V0, dtype=torch.float32)
+h = lora_gd(dg.to(None, torch.float32), 10, 64, 4, 30, "adaptive2", alpha=torch.tensor([[0.8], [2.4]]), V0=V0, dtype=torch.float32)
 ls, Lls, _ = least_squares_problem()
-h2 = lora_gd(ls, 8, 20, 2, 100, "theory", L=Lls, V0=init_V(8, 20, 2, "gaussian", [0, 1]))
-cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64)
-torch.manual_seed(0)
-model = add_lora(LlamaForCausalLM(cfg).eval(), r=4, layers=[2])
-ids = torch.randint(0, 128, (4, 4, 24), generator=torch.Generator().manual_seed(0))
-h3 = lora_sgd(model, ids, 6, "adaptive", eta0=0.5, seed=1, eval_batches=2, n_last=8, prefix=prefix_states(model, ids, 2))
-result = h["J"][-1].flatten().tolist() + h2["J"][-1].tolist() + h2["V"].flatten()[:5].tolist() + h3["loss"] + h3["eta"] + [h3["final_loss"]]
+h2 = lora_gd(ls, 8, 20, 2, 30, "theory", L=Lls, V0=init_V(8, 20, 2, "gaussian", [0, 1]))
+result = h["J"][-1].flatten().tolist() + h2["J"][-1].tolist() + h2["V"].flatten()[:5].tolist()
 """)
 
-def test_pydoc_text_and_real_smollm2_two_steps():
+def test_llm_tasks_give_the_same_numbers_here_and_in_spawned_workers(tmp_path):
+    "run_llm_tasks: 2 spawned workers (one thread each, loading the model from its folder) = the same tasks in this process."
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from maspob_etal.models import load_causal_lm, load_tokenizer
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                 num_key_value_heads=2, max_position_embeddings=64)).save_pretrained(tmp_path)
+    load_tokenizer().save_pretrained(tmp_path)
+    model = add_lora(load_causal_lm(str(tmp_path))[0], r=4, layers=[2])
+    ids = torch.randint(0, 128, (4, 2, 16), generator=torch.Generator().manual_seed(0))
+    runs = [dict(batches=ids, prefix=prefix_states(model, ids, 2), arms={"a": dict(schedule="adaptive", eta0=0.5), "m": dict(mean_step_of="a")},
+                 steps=3, seed=s, n_last=6, eval_batches=2, eval_at=(1, 3), init_scale=c) for s, c in ((1, 0.5), (2, 2.0))]
+    here = run_llm_tasks(runs, model=model)
+    there = run_llm_tasks(runs, n_jobs=2, model_path=str(tmp_path), layers=[2], rank=4)
+    for a, b in zip(here, there):
+        for k in ("a", "m"):
+            assert a[k]["loss"] == b[k]["loss"] and a[k]["eta"] == b[k]["eta"] and a[k]["eval_loss"] == b[k]["eval_loss"]
+    assert here[0]["a"]["V_sq"][0] != here[1]["a"]["V_sq"][0]
+    with pytest.raises(ValueError, match="pass model="): run_llm_tasks(runs[:1])
+
+def test_pydoc_text_and_real_smollm2_two_steps_at_two_starts():
+    "SmolLM2 with LoRA on its top layer: the Kaiming A0 alone gives |V0|^2 = 2 r/3 (about 21); init_scale 0.1 reaches 0.21."
     from maspob_etal.models import load_causal_lm
     text = pydoc_text()
     assert len(text) > 400_000 and "lambda" in text
     model, tok = load_causal_lm()
-    batches = text_batches(tok, text[:6000], seq_len=32, batch_size=2)
+    batches = text_batches(tok, text[:700], seq_len=32, batch_size=2)
     assert batches.ndim == 3 and batches.shape[1:] == (2, 32)
     with pytest.raises(ValueError, match="fewer than one batch"): text_batches(tok, "short", seq_len=32, batch_size=2)
-    out = lora_llm_schedules(model, batches, {"adaptive2": dict(schedule="adaptive2", eta0=0.3)}, steps=2, seeds=(0,), rank=32,
-                             layers=[28, 29], n_last=8, eval_batches=1)
-    a = out["adaptive2"][0]
-    assert len(lora_layers(model)) == 4                                # q_proj and v_proj of the top two of 30 layers
-    assert 40 < a["V_sq"][0] < 46                                       # |A|^2 = r/3 per Kaiming-uniform A dominates |V0|^2
+    out = lora_llm_schedules(model, batches, {"adaptive2": dict(schedule="adaptive2", eta0=0.3),
+                                              "small": dict(schedule="adaptive2", eta0=0.3, init_scale=0.1)},
+                             steps=2, seeds=(0,), rank=32, layers=[29], n_last=8, eval_batches=1)
+    a, sm = out["adaptive2"][0], out["small"][0]
+    assert len(lora_layers(model)) == 2                                # q_proj and v_proj of the top layer
+    assert 20 < a["V_sq"][0] < 23 and 0.2 < sm["V_sq"][0] < 0.23         # 2 x 32/3 = 21.3, and 0.01 of it
     assert a["alpha"] == pytest.approx(0.3*(a["V_sq"][0] + math.sqrt(a["loss"][0])), rel=1e-6)
-    assert a["eta"][0] == pytest.approx(0.3) and not a["diverged"]
+    assert a["eta"][0] == pytest.approx(0.3) and sm["eta"][0] == pytest.approx(0.3) and not a["diverged"]
     assert math.isfinite(a["final_loss"]) and math.isfinite(a["init_loss"])
+
+# --- the notebook: presets and prose ------------------------------------------------------------------------------
+
+def _notebook_cells():
+    import json, pathlib
+    nb = json.loads((pathlib.Path(__file__).resolve().parents[1]/"nbs"/"12_lora_convergence.ipynb").read_text())
+    return nb["cells"]
+
+def _full_preset():
+    "The notebook's presets at scale 'full', read from its `cfg = pick(scale, ...)` cell."
+    import ast
+    src = next("".join(c["source"]) for c in _notebook_cells() if "".join(c["source"]).startswith("cfg = pick(scale,"))
+    call = ast.parse(src).body[0].value
+    return {k.arg: eval(compile(ast.Expression(k.value), "cfg", "eval"), {"__builtins__": {}})[1] for k in call.keywords}
+
+def test_full_preset_runs_the_llm_arm_with_enough_seeds_steps_and_distinct_starts():
+    "10+ seeds, more steps than 200 on fewer layers than 2, and starts whose |V0|^2 differs by at least 2 decades; 2 workers."
+    f = _full_preset()
+    assert f["llm_seeds"] >= 10 and f["llm_steps"] > 200 and f["llm_layers"] < 2 and f["n_jobs"] == 2
+    assert len(f["llm_scale"]) >= 3 and (max(f["llm_scale"])/min(f["llm_scale"]))**2 >= 100      # |V0|^2 scales with init_scale^2
+    assert len(f["dg_scale"]) >= 3 and len(f["ls_std"]) >= 3 and f["n_seeds"] >= 10
+
+def test_prose_states_the_grid_size_of_the_full_preset():
+    "Every 'N-value grid' in the notebook's Markdown is the full preset's grid size (or is printed from cfg)."
+    import re
+    n = len(_full_preset()["grid"])
+    words = {5: "five", 6: "six", 4: "four", 3: "three", 7: "seven"}
+    md = "\n".join("".join(c["source"]) for c in _notebook_cells() if c["cell_type"] == "markdown")
+    for k in re.findall(r"\b(\d+)-value grid", md): assert int(k) == n, f"Markdown says a {k}-value grid; the full preset has {n}"
+    for w in re.findall(r"\b(three|four|five|six|seven) values from", md): assert w == words[n], f"Markdown says {w} values; the grid has {n}"
