@@ -9,12 +9,14 @@ import pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent
 
-from maspob_etal.thickets import (ChoiceTask, Curves, SignalMLP, choice_predict, choice_reward, density_sweep, es_finetune,
-                                  es_update_, evaluate_population, expert_density, finetune_choice, finetune_regression,
-                                  majority_vote, make_category_task,
-                                  make_compare_task, make_signals, mean_ensemble, neg_mse, param_noise, perturb_,
-                                  population_rollout, randopt, randopt_regression, restore_, rollout, rollout_predict,
-                                  sample_population, select_top_k, snapshot, specialization_index, tensor_seed)
+from maspob_etal.thickets import (ChoiceTask, Curves, NoiseTable, SignalMLP, choice_predict, choice_reward, density_sweep,
+                                  es_finetune, es_update_, evaluate_population, expert_density, finetune_choice,
+                                  finetune_regression, fixed_answer, llm_experiment, llm_items, majority_vote,
+                                  make_category_task, make_compare_task, make_signals, mean_ensemble, neg_mse, param_noise,
+                                  perturb_, population_rollout, pretrain_levels, pretrain_signal_mlp, randopt,
+                                  randopt_regression, restore_, rollout, rollout_predict, run_jobs, sample_population,
+                                  pick_on_train, select_members, select_top_k, snapshot, specialization_index, tensor_seed,
+                                  weight_rms)
 
 
 @pytest.fixture(scope="module")
@@ -371,3 +373,141 @@ r = randopt_regression(net, post, test, N=16, K=[1, 5], sigma=0.002, seed=0)
 finetune_regression(net, post, steps=3)
 result = [r["base_mse"], r["ensemble_mse"][5], r["top1_mse"], float(-neg_mse(rollout_predict(net, test), test).mean())]
 """)
+
+
+# --- the shared noise table ------------------------------------------------------------------------------------------
+
+def test_noise_table_is_a_slice_per_member_and_is_never_written():
+    m = SignalMLP(width=16, seed=0)
+    tab = NoiseTable(m, slack=1000, seed=4); t0 = tab.table.clone()
+    sizes = [p.numel() for p in m.parameters()]
+    for j, p in enumerate(m.parameters()):                            # tensor j of member 7 starts at offset + sizes before j
+        o = tab.offset(7) + sum(sizes[:j])
+        assert torch.equal(param_noise(p, 7, j, noise_table=tab), tab.table[o:o + p.numel()].view(p.shape))
+    assert tab.offset(7) != tab.offset(8) and 0 <= tab.offset(7) < 1000
+    base = snapshot(m)
+    perturb_(m, 7, 0.2, noise_table=tab)
+    for j, (k, p) in enumerate(m.named_parameters()):
+        assert torch.allclose(p, base[k] + 0.2*param_noise(p, 7, j, noise_table=tab), atol=1e-7)
+    restore_(m, base)
+    es_update_(m, [7, 8], [1.0, -1.0], alpha=0.1, noise_table=tab); restore_(m, base)
+    c = make_signals("sinusoid", 3, fut=4, rng=0)
+    loop = list(evaluate_population(m, [(7, 0.2), (8, 0.1)], c, rollout_predict, noise_table=tab))
+    fast = list(population_rollout(m, [(7, 0.2), (8, 0.1)], c, noise_table=tab))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(loop, fast))
+    assert torch.equal(tab.table, t0)                                  # reading members never changes the table
+    with pytest.raises(ValueError, match="build the NoiseTable from this same model"):
+        param_noise(torch.zeros(5), 7, 0, noise_table=tab)
+    big = NoiseTable(nn.Linear(300, 300), slack=10, seed=0)
+    assert abs(big.table.std().item() - 1) < 0.01
+
+# --- sigma picked on the training items, budgets, members without selection, changed answers -------------------------
+
+def test_select_members_picks_sigma_by_eq_2b_within_the_budget():
+    R = [0.9, 0.7, 0.1, 0.7, 0.2, 0.6, 0.95, 0.0]
+    s = [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]
+    order, star = select_members(R, s, 2)
+    assert star is None and order.tolist() == [6, 0, 1, 3, 5, 4, 2, 7]           # the official mixed pool
+    order, star = select_members(R, s, 2, pick_sigma=True, n=6)                   # top-2 means 0.55 (sigma 1), 0.70 (sigma 2)
+    assert star == 2.0 and order.tolist() == [1, 3, 5]
+    order, star = select_members(R, s, 2, pick_sigma=True)                        # member 6 joins: 0.925 (sigma 1) wins
+    assert star == 1.0 and order.tolist() == [6, 0, 4, 2]
+    assert select_members(R, s, 3, pick_sigma=True, n=6)[1] == 2.0                # top-3 means 0.40 vs 0.67
+    with pytest.raises(ValueError, match="no sigma has K=4"): select_members(R, s, 4, pick_sigma=True, n=6)
+    with pytest.raises(ValueError, match="must be equal 1-D"): select_members(R, s[:3], 2)
+
+def test_randopt_with_sigma_picked_budgets_unselected_and_changed():
+    m, predict, reward, tr, te = _lin_task()
+    before = snapshot(m)
+    r = randopt(m, predict, reward, tr, te, N=12, sigmas=[0.05, 0.6], top_k=[1, 3], seed=5, pick_sigma=True, balanced=True,
+                budgets=[6])
+    assert r["sigmas"].tolist() == [0.05, 0.6]*6
+    base_train = predict(m, tr)
+    preds = []
+    for sd, sg in zip(r["seeds"], r["sigmas"]):                                   # every member by hand
+        perturb_(m, int(sd), float(sg)); preds.append((predict(m, tr), predict(m, te))); restore_(m, before)
+    R = np.array([reward(p, tr).mean() for p, _ in preds])
+    assert np.allclose(r["rewards"], R)
+    assert np.allclose(r["changed"], [np.mean([a != b for a, b in zip(p, base_train)]) for p, _ in preds])
+    for n in (6, 12):                                                             # sigma* and the vote, recomputed
+        cand = {}
+        for sg in (0.05, 0.6):
+            idx = [i for i in range(n) if r["sigmas"][i] == sg]
+            idx = sorted(idx, key=lambda i: -R[i])                                # stable: ties keep sampling order
+            cand[sg] = (R[idx[:3]].mean(), idx)
+        star = max(cand, key=lambda sg: (cand[sg][0], -sg))
+        assert r["budget"][n]["sigma_star"] == star
+        vote = majority_vote([preds[i][1] for i in cand[star][1][:3]])
+        assert r["budget"][n]["ensemble_test"][3] == pytest.approx(reward(vote, te).mean())
+    first3 = [i for i in range(12) if r["sigmas"][i] == r["sigma_star"]][:3]      # no selection: the first 3 of sigma*
+    assert r["unselected"].tolist() == first3
+    assert r["unselected_test"][3] == pytest.approx(reward(majority_vote([preds[i][1] for i in first3]), te).mean())
+    assert all(torch.equal(p, before[k]) for k, p in m.named_parameters())
+
+def test_budgets_are_prefixes_of_one_population():
+    m, predict, reward, tr, te = _lin_task()
+    full = randopt(m, predict, reward, tr, te, N=10, sigmas=[0.3], top_k=[2], seed=2, budgets=[4])
+    small = randopt(m, predict, reward, tr, te, N=10, sigmas=[0.3], top_k=[2], seed=2)
+    assert np.array_equal(full["rewards"], small["rewards"])
+    order4 = select_top_k(full["rewards"][:4])                                    # only the first 4 members compete
+    assert full["budget"][4]["order"].tolist() == order4.tolist()
+    with pytest.raises(ValueError, match="every budget must be between"):
+        randopt(m, predict, reward, tr, te, N=10, sigmas=[0.3], top_k=[2], budgets=[11])
+
+# --- the LLM protocol on a tiny model ------------------------------------------------------------------------------------
+
+def test_llm_experiment_on_a_tiny_llama(tok, tiny_llama):
+    base = snapshot(tiny_llama)
+    r = llm_experiment("category", seed=1, n_train=6, n_test=5, sigma_rel=(0.01, 0.3), B=3, K=(1, 2), budgets=(2,),
+                       es_alphas=(1e-3, 1e-2), es_pop=3, ft_lrs=(1e-4, 1e-3), amp=False, model=tiny_llama, tok=tok)
+    rms = weight_rms(tiny_llama)
+    assert r["sigma_grid"] == pytest.approx([0.01*rms, 0.3*rms]) and r["sigma_star"] in r["sigma_grid"]   # scaled to the weights
+    assert sorted(r["budget"]) == [2, 3] and len(r["rewards"]) == 6
+    assert r["es_pick"] == max(r["es"], key=lambda a: r["es"][a]["train"])                  # picked on the training items
+    assert r["ft_pick"] == max(r["ft"], key=lambda lr: r["ft"][lr]["train"])
+    assert r["n_test"] == 5 and len(r["fixed_test_items"]) == 5
+    assert all(torch.equal(p, base[k]) for k, p in tiny_llama.named_parameters())         # restored
+    assert r["changed"].shape == (6,) and ((0 <= r["changed"]) & (r["changed"] <= 1)).all()
+
+def test_bf16_autocast_runs_on_cpu(tok, tiny_llama):
+    items = make_category_task(6, seed=2)
+    s32, s16 = ChoiceTask(tok, items).scores(tiny_llama), ChoiceTask(tok, items, amp=True).scores(tiny_llama)
+    assert not torch.equal(s32, s16) and torch.allclose(s32, s16, atol=0.1)      # bf16 numerics, not fp32
+
+def test_weight_rms_fixed_answer_items_and_workers():
+    lin = nn.Linear(2, 1)
+    with torch.no_grad(): lin.weight.copy_(torch.tensor([[3.0, -4.0]])); lin.bias.fill_(1.0)
+    assert weight_rms(lin) == pytest.approx(np.sqrt(26/3))
+    tr = [dict(prompt="a", choices=[" x", " y"], answer=" y"), dict(prompt="b", choices=[" y", " x"], answer=" y"),
+          dict(prompt="c", choices=[" x", " y"], answer=" y")]
+    te = [dict(prompt="d", choices=[" x", " y"], answer=" x"), dict(prompt="e", choices=[" y", " x"], answer=" y")]
+    name, items = fixed_answer(tr, te)
+    assert name == "always 'y'" and items.tolist() == [0.0, 1.0]
+    q = make_category_task(80, seed=3, split="train", unique=True)
+    assert len({it["prompt"] for it in q}) == 80 and len(llm_items("category", 200, 0, "test")) == 80
+    assert make_category_task(5, seed=0) == make_category_task(5, seed=0, unique=False)
+    assert run_jobs(dict, [dict(a=1), dict(b=2), dict(c=3)], n_jobs=2) == [dict(a=1), dict(b=2), dict(c=3)]
+    assert pick_on_train({"a": dict(train=0.5), "b": dict(train=0.75), "c": dict(train=0.75), "d": dict(train=0.25)}) == "b"
+    with pytest.raises(ValueError, match="results is empty"): pick_on_train({})
+
+# --- pretraining levels and fine-tuning budgets --------------------------------------------------------------------------
+
+def test_pretrain_levels_are_copies_of_one_run():
+    lv = pretrain_levels(SignalMLP(width=8, seed=2), [0, 3, 7], seed=5)
+    solo = pretrain_signal_mlp(SignalMLP(width=8, seed=2), iters=7, seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(lv[7].parameters(), solo.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(lv[0].parameters(), SignalMLP(width=8, seed=2).parameters()))
+    seen = {}
+    pretrain_signal_mlp(SignalMLP(width=8, seed=2), iters=7, seed=5, callback=lambda t, net: seen.setdefault(t, [q.clone() for q in net.parameters()]))
+    assert all(torch.equal(a, b) for a, b in zip(lv[3].parameters(), seen[3]))
+    with pytest.raises(ValueError, match="levels must be"): pretrain_levels(SignalMLP(width=8), [-1])
+
+@pytest.mark.parametrize("objective", ["next_value", "rollout"])
+def test_finetune_callback_gives_the_smaller_budgets(objective):
+    post = make_signals("sinusoid", 5, fut=6, rng=1)
+    a, b = SignalMLP(width=8, seed=1), SignalMLP(width=8, seed=1)
+    seen = {}
+    finetune_regression(a, post, steps=4, lr=1e-3, objective=objective,
+                        callback=lambda t, m: seen.__setitem__(t, [q.detach().clone() for q in m.parameters()]))
+    finetune_regression(b, post, steps=2, lr=1e-3, objective=objective)
+    assert sorted(seen) == [1, 2, 3, 4] and all(torch.equal(x, y) for x, y in zip(seen[2], b.parameters()))
