@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/catq.html.md"""
 
 # %% ../nbs/05_catq.ipynb #1d3174f5
 from __future__ import annotations
-import math
+import copy, math, time
 from pathlib import Path
 from typing import Sequence
 
@@ -19,12 +19,12 @@ from fastcore.basics import patch
 from .core import progress
 
 # %% auto #0
-__all__ = ['check_group_size', 'group_stats', 'hard_ternary', 'modulation', 'modulate', 'soft_ternary', 'sharpness',
+__all__ = ['QUANTIZERS', 'check_group_size', 'group_stats', 'hard_ternary', 'modulation', 'modulate', 'soft_ternary', 'sharpness',
            'ste_ternary', 'CatQLinear', 'dequantize', 'pack_ternary', 'unpack_ternary', 'TernaryLinear', 'rtn_codes',
-           'rtn_ternary', 'mse_ternary_params', 'mse_codes', 'gptq_ternary', 'decoder_layers', 'wrap_linears',
-           'window_starts', 'capture_inputs', 'calibrate', 'export_model', 'rtn_quantize_', 'mse_quantize_',
-           'gptq_quantize_', 'pydoc_text', 'read_text', 'token_windows', 'corpus', 'final_head', 'sequence_nll',
-           'perplexity', 'memory_report']
+           'rtn_ternary', 'mse_ternary_params', 'mse_codes', 'gptq_ternary', 'decoder_layers', 'linear_layers',
+           'wrap_linears', 'window_starts', 'capture_inputs', 'calibrate', 'export_model', 'rtn_quantize_',
+           'mse_quantize_', 'gptq_quantize_', 'pydoc_text', 'read_text', 'token_windows', 'corpus', 'final_head',
+           'sequence_nll', 'perplexity', 'memory_report', 'Testbed', 'run_quantizer', 'run_seed', 'run_seeds']
 
 # %% ../nbs/05_catq.ipynb #5e844303
 def check_group_size(in_features:int, # width of the weight's input dimension
@@ -351,15 +351,36 @@ def _replace(root:nn.Module, name:str, new:nn.Module):
     parent, _, child = name.rpartition(".")
     setattr(root.get_submodule(parent) if parent else root, child, new)
 
-def wrap_linears(module:nn.Module,          # a block (or any module) whose nn.Linear layers get wrapped in place
+def _conv1d_class():
+    "transformers' `Conv1D` (GPT-2's linear layer, weight stored as (in, out)), or None without transformers."
+    try: from transformers.pytorch_utils import Conv1D
+    except ImportError: return None
+    return Conv1D
+
+def linear_layers(module:nn.Module,          # a block (or any module)
+                  exclude:Sequence[str]=("gate",), # child names left alone (an MoE router `gate`, as the official quant_gate=False)
+                 )->dict[str, nn.Linear]:    # its linear layers by qualified name
+    "The `nn.Linear` layers inside `module`; each transformers `Conv1D` (GPT-2) is first replaced in place by the same map as an `nn.Linear`."
+    conv1d, out = _conv1d_class(), {}
+    for name, sub in list(module.named_modules()):
+        if not name or name.rpartition(".")[2] in exclude: continue
+        if conv1d is not None and isinstance(sub, conv1d):       # y = x W + b with W (in, out): Linear with weight W^T
+            lin = nn.Linear(*sub.weight.shape, bias=sub.bias is not None, device=sub.weight.device, dtype=sub.weight.dtype)
+            with torch.no_grad():
+                lin.weight.copy_(sub.weight.T)
+                if sub.bias is not None: lin.bias.copy_(sub.bias)
+            _replace(module, name, lin); sub = lin
+        if isinstance(sub, nn.Linear): out[name] = sub
+    return out
+
+def wrap_linears(module:nn.Module,          # a block (or any module) whose linear layers get wrapped in place
                  exclude:Sequence[str]=("gate",), # child names left alone (an MoE router `gate`, as the official quant_gate=False)
                  **kwargs,                 # passed to `CatQLinear`
                 )->dict[str, CatQLinear]:  # the new layers by qualified name
-    "Replace every `nn.Linear` inside `module` by a `CatQLinear`."
+    "Replace every `nn.Linear` (or transformers `Conv1D`) inside `module` by a `CatQLinear`."
     out = {}
-    for name, sub in list(module.named_modules()):
-        if isinstance(sub, nn.Linear) and name.rpartition(".")[2] not in exclude:
-            out[name] = CatQLinear(sub, **kwargs); _replace(module, name, out[name])
+    for name, lin in linear_layers(module, exclude).items():
+        out[name] = CatQLinear(lin, **kwargs); _replace(module, name, out[name])
     return out
 
 def window_starts(first:int,  # first quantized layer
@@ -425,6 +446,7 @@ def calibrate(model:nn.Module,          # causal LM, or any model called as mode
               *,
               layers:Sequence[int]|None=None, # contiguous indices of the blocks to quantize; None means all
               blocks:nn.ModuleList|None=None, # the model's blocks; None finds the decoder layers
+              inputs:tuple|None=None,   # (X, kw) entering blocks[layers[0]] for calib_ids, from `capture_inputs`; None captures them
               window:int=4,             # layers per window (official num_layer)
               stride:int=2,             # window advance (official sliding_layer)
               epochs:int=60,            # passes over the calibration set per window (official epochs)
@@ -439,7 +461,8 @@ def calibrate(model:nn.Module,          # causal LM, or any model called as mode
               gamma:float=0.8,          # soft-phase ratio (official progressive_ratio)
               s0:float=30.0,            # final soft sharpness (official s0)
               use_st:bool=True,         # softened ternarization; False: hard Q with STE from step 0
-              use_lm:bool=True,         # learnable modulation (+ LoRA); False: factors frozen at the priors, no LoRA
+              use_lm:bool=True,         # learnable modulation (+ LoRA); False: factors frozen at the priors, no LoRA: nothing trains
+              learn_factors:bool=True,  # False: a, m, d stay at 0 (the priors) while LoRA (lora_rank > 0) still learns
               loss:str="huber",         # "huber" (official) or "mse"
               huber_delta:float=1.0,    # Huber threshold (torch default; the official value is unknown)
               grad_clip:float=1.0,      # gradient-norm clip (official grad_clip); 0 disables
@@ -463,13 +486,18 @@ def calibrate(model:nn.Module,          # causal LM, or any model called as mode
     if loss not in ("huber", "mse"): raise ValueError(f"loss must be 'huber' or 'mse', got {loss!r}")
     if not (lr_factor > 0 and lr_lora > 0): raise ValueError(f"learning rates must be > 0, got lr_factor={lr_factor}, lr_lora={lr_lora}")
     sharpness(1.0, gamma, s0)
+    empty = [l for l in layers if not linear_layers(blocks[l])]
+    if empty: raise ValueError(f"blocks {empty} hold no nn.Linear (or transformers Conv1D) layer, so CAT-Q has nothing to quantize or "
+                               "learn there: pass full-precision blocks (a block quantized before holds CatQLinear or TernaryLinear layers)")
+    if inputs is not None and len(inputs[0]) != len(calib_ids):
+        raise ValueError(f"inputs hold {len(inputs[0])} examples but calib_ids {len(calib_ids)}: capture them from the same calib_ids")
     lossf = (lambda o, y: F.huber_loss(o, y, delta=huber_delta)) if loss == "huber" else F.mse_loss
     first, end = layers[0], layers[-1] + 1
     dev = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)                       # LoRA init and batch order
     was_training, flags = model.training, {p: p.requires_grad for p in model.parameters()}
     model.eval(); model.requires_grad_(False)
-    X, kw = capture_inputs(model, blocks[first], calib_ids.to(dev), ebs)          # step 1
+    X, kw = capture_inputs(model, blocks[first], calib_ids.to(dev), ebs) if inputs is None else inputs   # step 1
     x_fp, x_q = X, X.clone()                                        # full-precision and quantized streams
     n, nb = len(X), math.ceil(len(X) / batch_size)
     wrapped, log = {}, []
@@ -488,7 +516,7 @@ def calibrate(model:nn.Module,          # causal LM, or any model called as mode
         _set(mods, "catq", 1.0); l_init = _eval_loss(win, x_q, Y, kw, ebs, lossf)
         groups = []
         if use_lm:
-            groups.append(dict(params=[p for q in mods for p in (q.a, q.m, q.d)], lr=lr_factor))
+            if learn_factors: groups.append(dict(params=[p for q in mods for p in (q.a, q.m, q.d)], lr=lr_factor))
             if lora_rank: groups.append(dict(params=[p for q in mods for p in (q.lora_A, q.lora_B)], lr=lr_lora))
         params = [p for gr in groups for p in gr["params"]]
         for p in params: p.requires_grad_(True)
@@ -519,8 +547,8 @@ def calibrate(model:nn.Module,          # causal LM, or any model called as mode
     model.train(was_training)
     config = dict(layers=layers, window=window, stride=stride, epochs=epochs, batch_size=batch_size, group_size=group_size,
                   lora_rank=lora_rank if use_lm else 0, lr_factor=lr_factor, lr_lora=lr_lora, gamma=gamma, s0=s0, use_st=use_st,
-                  use_lm=use_lm, loss=loss, huber_delta=huber_delta, grad_clip=grad_clip, seed=seed, phi_x_n=phi_x_n,
-                  n_calib=n, steps_per_window=epochs*nb if use_lm else 0)
+                  use_lm=use_lm, learn_factors=learn_factors, loss=loss, huber_delta=huber_delta, grad_clip=grad_clip, seed=seed, phi_x_n=phi_x_n,
+                  n_calib=n, steps_per_window=epochs*nb if use_lm and (learn_factors or lora_rank) else 0)
     return dict(windows=log, config=config)
 
 # %% ../nbs/05_catq.ipynb #0ce1d030
@@ -539,10 +567,9 @@ def rtn_quantize_(module:nn.Module,         # block(s) to quantize in place
                   group_size:int=64,        # weights per group
                   exclude:Sequence[str]=("gate",), # child names left alone
                  )->int:                    # number of layers replaced
-    "Replace every `nn.Linear` inside `module` by a `TernaryLinear` from the absmean RTN baseline (Eq. 8)."
-    names = [n for n, m in module.named_modules() if isinstance(m, nn.Linear) and n.rpartition(".")[2] not in exclude]
-    for name in names:
-        lin = module.get_submodule(name)
+    "Replace every `nn.Linear` (or `Conv1D`) inside `module` by a `TernaryLinear` from the absmean RTN baseline (Eq. 8)."
+    names = linear_layers(module, exclude)
+    for name, lin in names.items():
         codes, scales = rtn_codes(lin.weight, group_size)
         _replace(module, name, TernaryLinear(codes, scales, lin.bias, group_size))
     return len(names)
@@ -553,10 +580,9 @@ def mse_quantize_(module:nn.Module,         # block(s) to quantize in place
                   group_size:int=64,        # weights per group
                   exclude:Sequence[str]=("gate",), # child names left alone
                  )->int:                    # number of layers replaced
-    "Replace every `nn.Linear` inside `module` by a `TernaryLinear` with the data-free MSE-optimal grid (Eq. 9)."
-    names = [n for n, m in module.named_modules() if isinstance(m, nn.Linear) and n.rpartition(".")[2] not in exclude]
-    for name in names:
-        lin = module.get_submodule(name)
+    "Replace every `nn.Linear` (or `Conv1D`) inside `module` by a `TernaryLinear` with the data-free MSE-optimal grid (Eq. 9)."
+    names = linear_layers(module, exclude)
+    for name, lin in names.items():
         _replace(module, name, TernaryLinear(*mse_codes(lin.weight, group_size), lin.bias, group_size))
     return len(names)
 
@@ -568,6 +594,7 @@ def gptq_quantize_(model:nn.Module,        # the whole model; called as model(id
                    damp:float=0.01,        # GPTQ dampening
                    batch_size:int=8,       # sequences per forward pass
                    blocks:nn.ModuleList|None=None, # the model's blocks; None finds the decoder layers
+                   inputs:tuple|None=None, # (X, kw) entering blocks[layers[0]] for calib_ids, from `capture_inputs`; None captures them
                    exclude:Sequence[str]=("gate",), # child names left alone
                   )->int:                  # number of linears replaced
     "GPTQ-ternarize `layers` in place (Eq. 10), block by block: a block's Hessians come from the outputs of the quantized blocks before it."
@@ -575,10 +602,11 @@ def gptq_quantize_(model:nn.Module,        # the whole model; called as model(id
     layers = [int(l) for l in layers]
     if not layers or layers != list(range(layers[0], layers[-1] + 1)):
         raise ValueError(f"layers must be a non-empty run of consecutive block indices, got {layers}")
-    X, kw = capture_inputs(model, blocks[layers[0]], calib_ids.to(next(model.parameters()).device), batch_size)
+    dev = next(model.parameters()).device
+    X, kw = inputs if inputs is not None else capture_inputs(model, blocks[layers[0]], calib_ids.to(dev), batch_size)
     n = 0
     for l in layers:
-        lins = {nm: m for nm, m in blocks[l].named_modules() if isinstance(m, nn.Linear) and nm.rpartition(".")[2] not in exclude}
+        lins = linear_layers(blocks[l], exclude)
         Hs = {nm: torch.zeros(m.in_features, m.in_features, device=m.weight.device) for nm, m in lins.items()}
         def hook(nm):
             def f(mod, args):
@@ -688,3 +716,103 @@ def memory_report(model:nn.Module, # a model with `TernaryLinear` layers
     ideal = n*math.log2(3)/8 + 2*groups
     return dict(layers=len(tl), weights=n, fp16_bytes=2*n, packed_bytes=packed, ideal_bytes=ideal,
                 packed_bits_per_weight=8*packed/n, ideal_bits_per_weight=8*ideal/n, compression_vs_fp16=2*n/packed)
+
+# %% ../nbs/05_catq.ipynb #52a88912
+class Testbed:
+    "A model, full-precision copies of its blocks from `first` on, and the held-out inputs of block `first`: every run starts here."
+    def __init__(self, model:nn.Module,  # causal LM (modified in place by each run, restored after)
+                 eval_ids:Tensor,        # held-out token ids, (N, T), long
+                 first:int,              # the earliest block any run quantizes
+                 eval_bs:int=8,          # sequences per forward pass when scoring
+                ):
+        self.model, self.blocks, self.first, self.eval_ids, self.eval_bs = model, decoder_layers(model), first, eval_ids, eval_bs
+        if not 0 <= first < len(self.blocks): raise ValueError(f"first must be a block index in [0, {len(self.blocks)}), got {first}")
+        self.fp = {l: copy.deepcopy(self.blocks[l]) for l in range(first, len(self.blocks))}
+        self.prefix = (first, *capture_inputs(model, self.blocks[first], eval_ids, eval_bs))
+
+    def restore(self):
+        "Put fresh copies of the full-precision blocks back into the model."
+        for l, b in self.fp.items(): self.blocks[l] = copy.deepcopy(b)
+
+    def held_out_nll(self)->list[float]:
+        "Mean next-token NLL of each held-out window for the model as it is now (re-running the blocks from `first` only)."
+        return sequence_nll(self.model, self.eval_ids, self.eval_bs, prefix=self.prefix).double().tolist()
+
+QUANTIZERS = ("FP", "RTN", "MSE-optimal", "GPTQ", "CAT-Q")
+
+def run_quantizer(bed:Testbed,            # the starting point
+                  kind:str,               # one of QUANTIZERS
+                  layers:Sequence[int],   # consecutive blocks to quantize (all >= bed.first)
+                  calib_ids:Tensor|None=None, # calibration token ids (GPTQ, CAT-Q)
+                  inputs:tuple|None=None, # (X, kw) entering blocks[layers[0]] for calib_ids; None captures them
+                  group_size:int=64,      # weights per group
+                  gptq_damp:float=0.01,   # GPTQ dampening
+                  batch_size:int=8,       # sequences per forward pass (GPTQ); CAT-Q's optimizer batch
+                  **catq,                 # passed to `calibrate` (epochs, lora_rank, use_st, learn_factors, seed, ...)
+                 )->dict:                 # nll per held-out window, CPU seconds of the quantizer and of scoring, CAT-Q's log
+    "Restore the full-precision blocks, quantize `layers` with `kind`, score the held-out windows, restore again."
+    if kind not in QUANTIZERS: raise ValueError(f"kind must be one of {QUANTIZERS}, got {kind!r}")
+    if kind in ("GPTQ", "CAT-Q") and calib_ids is None: raise ValueError(f"{kind} needs calib_ids")
+    if min(layers) < bed.first: raise ValueError(f"layers {list(layers)} start before the testbed's first block {bed.first}")
+    bed.restore()
+    t0, log = time.process_time(), None
+    if kind in ("RTN", "MSE-optimal"):
+        for l in layers: (rtn_quantize_ if kind == "RTN" else mse_quantize_)(bed.blocks[l], group_size)
+    elif kind == "GPTQ": gptq_quantize_(bed.model, calib_ids, layers, group_size, gptq_damp, batch_size, inputs=inputs)
+    elif kind == "CAT-Q":
+        log = calibrate(bed.model, calib_ids, layers=layers, inputs=inputs, group_size=group_size, batch_size=batch_size,
+                        show_progress=False, **catq)
+        export_model(bed.model)
+    cpu_s = time.process_time() - t0
+    out = dict(nll=bed.held_out_nll(), cpu_s=cpu_s, score_cpu_s=time.process_time() - t0 - cpu_s, log=log)
+    bed.restore()
+    return out
+
+
+# %% ../nbs/05_catq.ipynb #68d13df4
+def run_seed(bed:Testbed,          # the starting point
+             calib_ids:Tensor,     # one seed's calibration windows, (N, T)
+             runs:Sequence[dict],  # keyword arguments of `run_quantizer` for each run (kind, layers, ...)
+             batch_size:int=8,     # sequences per forward pass when capturing
+            )->dict:               # results of the runs in order; CPU seconds of the shared capture
+    "All runs on one seed's calibration windows: the inputs of each run's first block are captured once and shared."
+    bed.restore()
+    t0 = time.process_time()
+    X, kw = capture_inputs(bed.model, bed.blocks[bed.first], calib_ids, batch_size)
+    xs, out, cap = {bed.first: X}, [], time.process_time() - t0
+    for r in runs:
+        l0 = min(r["layers"])
+        if l0 not in xs:                                   # the full-precision blocks between first and l0
+            t1 = time.process_time(); bed.restore()
+            xs[l0] = _run_batched(bed.blocks[bed.first:l0], X, kw, batch_size); cap += time.process_time() - t1
+        out.append(run_quantizer(bed, calib_ids=calib_ids, inputs=(xs[l0].clone(), kw), **r))
+    return dict(runs=out, capture_cpu_s=cap)
+
+_WORKER = {}   # per worker process: the testbed, built once
+
+def _seed_task(task:dict)->dict:
+    "Worker process: load the model once, then run one seed's runs with one CPU thread."
+    torch.set_num_threads(1)
+    key = (task["model_path"], task["first"], task["eval_bs"], task["eval_ids"].numpy().tobytes())
+    if _WORKER.get("key") != key:
+        from maspob_etal.models import load_causal_lm
+        model, _ = load_causal_lm(task["model_path"], device="cpu")
+        _WORKER.update(key=key, bed=Testbed(model, task["eval_ids"], task["first"], task["eval_bs"]))
+    return run_seed(_WORKER["bed"], task["calib_ids"], task["runs"], task["batch_size"])
+
+def run_seeds(tasks:Sequence[dict],   # per seed: calib_ids, runs, batch_size (and for workers: model_path, eval_ids, first, eval_bs)
+              n_jobs:int=1,           # worker processes (spawned, one thread each); 1 runs every task here on `bed`
+              bed:Testbed|None=None,  # the testbed of this process (n_jobs = 1)
+             )->list[dict]:           # `run_seed`'s result for each task, in order
+    "Run each seed's task in this process or in `n_jobs` worker processes; the same numbers either way."
+    if n_jobs <= 1 or len(tasks) == 1:
+        if bed is None: raise ValueError("pass bed= to run the tasks in this process (n_jobs = 1)")
+        return [run_seed(bed, t["calib_ids"], t["runs"], t["batch_size"]) for t in progress(tasks, desc="seeds")]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from maspob_etal.catq import _seed_task as worker       # spawned workers need the installed function
+    with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=mp.get_context("spawn")) as ex:
+        futs = [ex.submit(worker, t) for t in tasks]
+        for _ in progress(as_completed(futs), total=len(futs), desc="seeds"): pass
+        return [f.result() for f in futs]
+

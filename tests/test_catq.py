@@ -14,8 +14,16 @@ from maspob_etal.catq import (CatQLinear, TernaryLinear, calibrate, capture_inpu
                               dequantize, export_model, gptq_quantize_, gptq_ternary, group_stats, hard_ternary, memory_report,
                               modulate, modulation, mse_codes, mse_quantize_, mse_ternary_params, pack_ternary, perplexity,
                               pydoc_text, read_text, rtn_codes, rtn_quantize_, rtn_ternary, sequence_nll, sharpness,
-                              soft_ternary, ste_ternary, token_windows, unpack_ternary, window_starts, wrap_linears)
+                              soft_ternary, ste_ternary, token_windows, unpack_ternary, window_starts, wrap_linears,
+                              linear_layers)
 
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    "One torch thread per test: these tiny models are thousands of small operations, slower with threads that wait on each other."
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 def tiny_llama(n_layers=2, seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -480,3 +488,100 @@ def test_model_whose_input_is_not_tokens():
     assert export_model(model) == 4 and torch.isfinite(model(x)).all()               # 4 linears in the blocks became ternary
     assert (model(x) - y_fp).abs().mean() < y_fp.abs().mean()                        # and the output stays close
     with pytest.raises(ValueError, match="float input"): calibrate(_FeatureNet(), x[0, 0], blocks=model.blocks, show_progress=False)
+
+
+# --- the annealing schedule, the separate ablations, GPT-2's Conv1D, the runner --------------------------------------
+
+def test_calibrate_anneals_from_soft_to_hard(monkeypatch):
+    "In every window the progress t runs 1/K, 2/K, ..., 1 over the K steps: soft with rising sharpness first, hard last."
+    import maspob_etal.catq as C
+    ts, ss = {}, []
+    set_progress, soft = C.CatQLinear.set_progress, C.soft_ternary
+    def spy(self, t): ts.setdefault(id(self), []).append(t); set_progress(self, t)
+    def soft_spy(w_hat, s, delta): ss.append(s); return soft(w_hat, s, delta)
+    monkeypatch.setattr(C.CatQLinear, "set_progress", spy)
+    monkeypatch.setattr(C, "soft_ternary", soft_spy)
+    model, ids = tiny_llama(n_layers=3), tiny_ids()
+    log = calibrate(model, ids, layers=[1, 2], window=1, stride=1, epochs=5, batch_size=4, group_size=16, show_progress=False)
+    K = log["config"]["steps_per_window"]
+    assert K == 10 and len(ts) == 14                                   # 7 linears in each of the 2 windows
+    sched = [k/K for k in range(1, K + 1)]
+    for seq in ts.values():                                            # evaluations set t = 1; the K steps set k / K
+        i = seq.index(sched[0])
+        assert seq[i:i + K] == sched, seq
+    steps = [s for j, s in enumerate(ss) if j == 0 or s != ss[j - 1]]  # one sharpness per soft step (7 linears share it)
+    assert steps == 2*[t/0.8*30.0 for t in sched if t <= 0.8]          # rising to s0 = 30 in each window, then hard (gamma 0.8)
+
+def test_factors_and_lora_are_ablated_separately_with_the_same_steps():
+    ids = tiny_ids()
+    for learn_factors, rank in ((False, 2), (True, 0), (True, 2)):
+        model = tiny_llama()
+        log = calibrate(model, ids, window=2, stride=2, epochs=3, batch_size=4, group_size=16, lora_rank=rank,
+                        learn_factors=learn_factors, lr_factor=3e-2, lr_lora=1e-2, show_progress=False)
+        qs = [m for m in model.modules() if isinstance(m, CatQLinear)]
+        assert any(p.abs().sum() > 0 for q in qs for p in (q.a, q.m, q.d)) == learn_factors   # the factors move only if learned
+        assert all(q.lora_rank == rank for q in qs)
+        if rank: assert any(q.lora_B.abs().sum() > 0 for q in qs)                              # LoRA learns in both LoRA runs
+        w = log["windows"][0]
+        assert log["config"]["steps_per_window"] == 6 and len(w["trace"]) == 3 and w["loss_final"] != w["loss_init"]
+        assert log["config"]["learn_factors"] == learn_factors
+
+def test_calibrate_refuses_blocks_without_linear_layers():
+    model, ids = tiny_llama(), tiny_ids()
+    rtn_quantize_(decoder_layers(model)[1], 16)                        # block 1 is already ternary: no nn.Linear left
+    with pytest.raises(ValueError, match=r"blocks \[1\] hold no nn.Linear \(or transformers Conv1D\)"):
+        calibrate(model, ids, window=2, stride=2, epochs=1, group_size=16, show_progress=False)
+    assert not any(p.requires_grad is False for p in decoder_layers(model)[0].parameters())   # refused before touching the model
+
+def tiny_gpt2(n_layers=2, seed=0):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=n_layers, n_head=4)).eval()
+
+def test_gpt2_conv1d_layers_are_quantized():
+    from transformers.pytorch_utils import Conv1D
+    model, ids = tiny_gpt2(), tiny_ids()
+    conv, x = decoder_layers(model)[0].mlp.c_fc, torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(0))
+    y = conv(x)
+    block = copy.deepcopy(decoder_layers(model)[0])
+    lins = linear_layers(block)
+    assert sorted(lins) == ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+    assert not any(isinstance(m, Conv1D) for m in block.modules())
+    torch.testing.assert_close(lins["mlp.c_fc"](x), y)                 # the same map as the Conv1D it replaced
+    assert lins["mlp.c_fc"].weight.shape == (128, 32)                  # (out, in)
+    ref = model(ids).logits
+    log = calibrate(model, ids, window=2, stride=2, epochs=8, batch_size=4, group_size=16, lr_factor=3e-2, show_progress=False)
+    (w,) = log["windows"]
+    assert w["loss_final"] < w["loss_init"] and w["loss_final"] < w["loss_rtn"], w
+    assert sum(isinstance(m, CatQLinear) for m in model.modules()) == 8
+    assert export_model(model) == 8
+    y = model(ids).logits
+    assert torch.isfinite(y).all() and y.shape == ref.shape
+    for quantize in (lambda m: gptq_quantize_(m, ids, [0, 1], 16, batch_size=4),
+                     lambda m: sum(rtn_quantize_(b, 16) + mse_quantize_(b, 16) for b in decoder_layers(m))):
+        m = tiny_gpt2()
+        assert quantize(m) == 8 and torch.isfinite(m(ids).logits).all()
+
+def test_run_seed_equals_separate_runs_and_restores_the_model():
+    from maspob_etal.catq import Testbed, run_seed, run_quantizer
+    model, ids, ev = tiny_llama(n_layers=3), tiny_ids(), tiny_ids(n=4, seed=5)
+    fp_nll = sequence_nll(model, ev, 4)
+    bed = Testbed(model, ev, first=1, eval_bs=4)
+    common = dict(group_size=16, batch_size=4)
+    cq = dict(kind="CAT-Q", window=2, stride=2, epochs=2, lr_factor=3e-2, lora_rank=2, seed=3, **common)
+    runs = [dict(kind="GPTQ", layers=[2], **common), dict(cq, layers=[1, 2]), dict(cq, layers=[2], learn_factors=False)]
+    res = run_seed(bed, ids, runs, 4)
+    assert res["capture_cpu_s"] >= 0 and all(o["cpu_s"] > 0 for o in res["runs"])
+    torch.testing.assert_close(torch.tensor(bed.held_out_nll()).float(), fp_nll)          # the model is back at full precision
+    rev = run_seed(bed, ids, runs[::-1], 4)["runs"][::-1]                                  # order does not matter
+    assert [o["nll"] for o in rev] == [o["nll"] for o in res["runs"]]
+    for r, o in zip(runs, res["runs"]):                                                    # each run alone, on a fresh model
+        m, r = tiny_llama(n_layers=3), dict(r)
+        kind, layers = r.pop("kind"), r.pop("layers")
+        if kind == "GPTQ": gptq_quantize_(m, ids, layers, 16, batch_size=4)
+        else: calibrate(m, ids, layers=layers, show_progress=False, **r); export_model(m)
+        torch.testing.assert_close(torch.tensor(o["nll"]).float(), sequence_nll(m, ev, 4), atol=1e-5, rtol=0)
+    assert run_quantizer(bed, "FP", [1])["nll"] == bed.held_out_nll()
+    with pytest.raises(ValueError, match="kind must be one of"): run_quantizer(bed, "AWQ", [1])
+    with pytest.raises(ValueError, match="start before"): run_quantizer(bed, "RTN", [0, 1])
+    with pytest.raises(ValueError, match="needs calib_ids"): run_quantizer(bed, "GPTQ", [1])
