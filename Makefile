@@ -34,9 +34,9 @@ endif
 
 help:
 	@echo "make test                 set up .venv and run the test suite (unit tests + every notebook at smoke scale), JOBS workers"
-	@echo "make reproduce JOBS=2     set up .venv, run every method notebook (JOBS side by side), write results/REPORT.md, results/summary.png and results/figures/"
+	@echo "make reproduce JOBS=2     set up .venv, run every method notebook (JOBS side by side) into _runs/ (untracked) with its REPORT.md"
 	@echo "                          SCALE=smoke (CI, ~2 min each) | full (every claim, <= 45 min each on 2 CPU cores) | gpu (paper-sized, one GPU)"
-	@echo "                          DEVICE=cpu|cuda; SAVE=1 also writes each run's outputs back into its notebook in nbs/"
+	@echo "                          DEVICE=cpu|cuda; SAVE=1 (maintainers) writes the ledger into results/ and the outputs into nbs/"
 	@echo "make report               results/REPORT.md, summary.png and figures/ from the committed results/*.json"
 	@echo "make docs                 build the site into _docs/ and README.md (nbdev-docs with Quarto, else smalldocs)"
 	@echo "make lab                  JupyterLab on nbs/"
@@ -70,9 +70,10 @@ test: install
 	 $(PY) -m pytest -q --durations=30 -n $(or $(JOBS),$(NPROC)) --dist loadgroup tests/; status=$$?; \
 	 echo "make test: $$(( $$(date +%s) - start )) s with $(or $(JOBS),$(NPROC)) worker(s)"; exit $$status
 
+# A user's reproduction writes to _runs/ (untracked: executed notebooks, ledger JSON, REPORT.md, figures) and leaves
+# the checkout clean; SAVE=1 (maintainers) writes the ledger into results/ and the outputs back into nbs/.
 reproduce: install
-	@status=0; $(VENV)/bin/maspob-etal run --all --scale $(SCALE) --jobs $(or $(JOBS),1) $(if $(DEVICE),--device $(DEVICE)) $(if $(filter 1,$(SAVE)),--save) || status=$$?; \
-	 $(VENV)/bin/maspob-etal report; exit $$status
+	$(VENV)/bin/maspob-etal run --all --scale $(SCALE) --jobs $(or $(JOBS),1) $(if $(DEVICE),--device $(DEVICE)) $(if $(filter 1,$(SAVE)),--save)
 
 report: install
 	$(VENV)/bin/maspob-etal report

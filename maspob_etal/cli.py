@@ -17,7 +17,7 @@ from .claims import (METHODS, check_slug, load_record, notebook_name, parameters
 # %% auto #0
 __all__ = ['REPO_URL', 'NO_NOTEBOOKS', 'CLUSTER_KEYS', 'nbs_dir', 'method_notebooks', 'notebook_parameters', 'parse_param',
            'check_params', 'clean_outputs', 'save_outputs', 'run_notebook', 'thread_env', 'run_isolated',
-           'cluster_options', 'run', 'summary', 'list_methods', 'main']
+           'cluster_options', 'default_out', 'run', 'summary', 'list_methods', 'main']
 
 # %% ../nbs/00d_cli.ipynb #e017b9aa
 REPO_URL = "https://github.com/maspob-etal/maspob_etal"
@@ -249,14 +249,23 @@ def _submitit(executor:str, folder:Path, options:dict, threads:int|None):
     ex.update_parameters(**params)
     return ex
 
+def default_out(out:str|Path|None=None, # a folder the user named
+                save:bool=False,           # a maintainer's run, whose ledger belongs in results/
+               )->Path:                    # where a run writes its executed notebooks, ledger JSON and report
+    "`out`, else `$MASPOB_RESULTS` or results/ for a maintainer's `save` run, else the untracked `_runs/` of the checkout."
+    if out is not None: return Path(out)
+    if save or os.environ.get("MASPOB_RESULTS"): return results_dir()
+    root = project_root()
+    return (root if root is not None else Path.cwd())/"_runs"
+
 def run(slugs:Sequence[str]=(),     # method slugs, e.g. ["maspob", "catq"]
         all:bool=False,             # run every method notebook present
         scale:str="smoke",          # "smoke", "full" or "gpu"
         device:str|None=None,       # e.g. "cpu" or "cuda"; default: each notebook's own ("auto")
-        out:str|Path|None=None,     # folder for executed copies and ledger JSON; default results/
+        out:str|Path|None=None,     # executed copies and ledger JSON; default _runs/ (results/ with save)
         nbs:str|Path|None=None,     # notebooks folder; default the project's nbs/
         params:dict|None=None,      # further parameters to inject, checked against each notebook's parameters cell
-        save:bool=False,            # write each default-parameter run's outputs back into its notebook
+        save:bool=False,            # maintainers: ledger JSON into results/, outputs back into the notebooks
         jobs:int=1,                 # notebooks run side by side, each with (cores / jobs) CPU threads
         executor:str="local",       # "local" (this machine), "slurm" (a SLURM cluster) or "submitit-local" (tests)
         cluster:dict|None=None,     # submitit parameters for the cluster executors (see `cluster_options`)
@@ -279,7 +288,7 @@ def run(slugs:Sequence[str]=(),     # method slugs, e.g. ["maspob", "catq"]
     if executor == "local": _papermill()   # a missing notebook extra is said once, before anything starts
     extra = dict(params or {}, **({"dry_run": True} if dry_run else {}))
     for slug in todo: check_params(found[slug], extra)   # every -p (and dry_run) checked before anything runs
-    out = results_dir(out)
+    out = default_out(out, save)
     if not todo: echo("no method notebooks to run"); return []
     n, threads = len(todo), (max(1, _cores()//jobs) if jobs > 1 else None)
     kw = {slug: dict(path=str(found[slug]), out_dir=str(out), scale=scale, device=device, params=extra or None, save=save)
@@ -353,12 +362,14 @@ def _parser()->argparse.ArgumentParser:
     r.add_argument("--scale", default="smoke", help="smoke (CI, about 2 min each on 2 CPU cores), full (the "
                    "reproduction, at most 45 min each on 2 CPU cores) or gpu (paper-sized, one GPU)")
     r.add_argument("--device", default=None, help="auto, cpu, cuda, ... (default: the notebook's own, auto)")
-    r.add_argument("--out", default=None, help="folder for executed notebooks and ledger JSON (default: results/)")
+    r.add_argument("--out", default=None, help="folder for executed notebooks, ledger JSON and the report "
+                   "(default: _runs/ of the checkout, untracked; results/ with --save)")
     r.add_argument("--nbs", default=None, help="notebooks folder (default: the project's nbs/)")
     r.add_argument("--seed", type=int, default=None, help="first seed (>= 0), injected as the notebook's `seed`")
     r.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a notebook parameter, e.g. -p model_path=/models/qwen -p n_seeds=12 (repeatable)")
-    r.add_argument("--save", action="store_true", help="write the outputs of a default-parameter run back into nbs/")
+    r.add_argument("--save", action="store_true", help="maintainers: write the ledger JSON into results/ (tracked) and "
+                   "the outputs of a default-parameter run back into nbs/")
     r.add_argument("--jobs", type=int, default=1, help="notebooks run side by side, each with cores/jobs CPU threads")
     r.add_argument("--dry-run", action="store_true", help="inject dry_run=True: the scale's sizes, every loop capped at "
                    "one or two iterations (checks the gpu code paths on any machine: --scale gpu --dry-run --device cpu)")
@@ -399,7 +410,7 @@ def main(argv:Sequence[str]|None=None)->int:
                       dry_run=args.dry_run)
             if res: print(summary(res))
             if len(res) > 1:   # the results of every notebook, gathered into one report beside them
-                print(f"report: {report(results_dir(args.out))}")
+                print(f"report: {report(default_out(args.out, args.save))}")
             return 1 if any(not r["ok"] for r in res) else 0
         if args.cmd == "report":
             if args.results is None and not os.environ.get("MASPOB_RESULTS") and project_root() is None:

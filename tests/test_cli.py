@@ -155,3 +155,24 @@ def test_cluster_options_from_a_file_and_flags(tmp_path):
 def test_report_outside_a_checkout_says_where_results_are(tmp_path):
     r = cli("report", cwd=tmp_path, env={"MASPOB_RESULTS": ""})
     assert r.returncode == 2 and "inside a checkout" in r.stderr and not (tmp_path/"results").exists()
+
+def test_a_users_run_leaves_the_checkout_clean(two_ok):
+    "Without --out a run writes to the untracked _runs/ (with its report); results/ is written only with --save."
+    git = lambda *a: subprocess.run(["git", *a], cwd=two_ok, capture_output=True, text=True, check=True).stdout
+    (two_ok/".gitignore").write_text("_runs/\n")
+    git("init", "-q"); git("add", "-A"); git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "toy")
+    r = cli("run", "--all", cwd=two_ok, env={"MASPOB_RESULTS": ""})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (two_ok/"_runs"/"maspob.smoke.json").exists() and (two_ok/"_runs"/"REPORT.md").exists()
+    assert not (two_ok/"results").exists() and git("status", "--porcelain") == ""
+    r = cli("run", "maspob", "--save", cwd=two_ok, env={"MASPOB_RESULTS": ""})
+    assert r.returncode == 0 and (two_ok/"results"/"maspob.smoke.json").exists()   # a maintainer's run: tracked
+    assert "results/" in git("status", "--porcelain")
+
+def test_make_reproduce_writes_to_runs_unless_saved():
+    "`make reproduce` runs without --out and --save (so into _runs/); SAVE=1 adds --save (into results/)."
+    mk = lambda *a: subprocess.run(["make", "-n", "reproduce", *a], cwd=ROOT,
+                                   capture_output=True, text=True).stdout
+    plain, saved = mk(), mk("SAVE=1")
+    assert "maspob-etal run --all" in plain and "--save" not in plain and "--out" not in plain and "results" not in plain
+    assert "--save" in saved
