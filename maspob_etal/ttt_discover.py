@@ -6,10 +6,11 @@ Docs: https://maspob-etal.github.io/maspob_etal/ttt_discover.html.md"""
 
 # %% ../nbs/14_ttt_discover.ipynb #92483ebb
 from __future__ import annotations
-import json, math, os, re, time
+import json, math, operator, os, re, time
 import multiprocessing as mp
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import partial
 from pathlib import Path
 from typing import Callable, Literal, Sequence
@@ -25,13 +26,15 @@ from .core import progress
 
 # %% auto #0
 __all__ = ['KNOWN', 'KNOWN_SOURCES', 'HAUGLAND_HALF', 'ERDOS', 'AC1', 'OPS', 'HPARAMS', 'OP_USES', 'HP_RANGE', 'PRIOR_MU',
-           'PRIOR_LOG_STD', 'MODES', 'haugland_51', 'erdos_c5', 'verify_erdos', 'verify_ac1', 'ac1_value', 'ac2_value',
-           'load_construction', 'verify_file', 'project_box_sum', 'smooth_max', 'erdos_smooth_loss',
-           'erdos_smooth_grad', 'ac1_smooth_loss', 'ac1_smooth_grad', 'erdos_overlaps', 'erdos_overlap_grads',
-           'ac1_terms', 'ac1_term_grads', 'lp_polish', 'Problem', 'make_erdos', 'make_ac1', 'check_action',
-           'run_program', 'kl_to_uniform', 'solve_beta', 'entropic_advantages', 'mean_baseline_advantages', 'pg_loss',
-           'State', 'PUCTArchive', 'state_features', 'ActionPolicy', 'ProgramPolicy', 'cem_update_', 'ActionCodec',
-           'make_tiny_llama', 'LMPolicy', 'smollm2_tokenizer', 'run_ttt_discover', 'adam_smooth', 'classical_search']
+           'PRIOR_LOG_STD', 'MODES', 'haugland_51', 'erdos_c5', 'verify_erdos', 'erdos_c5_exact', 'exactly_feasible',
+           'verify_ac1', 'ac1_value', 'ac2_value', 'load_construction', 'verify_file', 'project_box_sum', 'smooth_max',
+           'erdos_smooth_loss', 'erdos_smooth_grad', 'ac1_smooth_loss', 'ac1_smooth_grad', 'erdos_overlaps',
+           'erdos_overlap_grads', 'ac1_terms', 'ac1_term_grads', 'lp_polish', 'Problem', 'make_erdos', 'make_ac1',
+           'check_action', 'ProgramFailed', 'run_program', 'kl_to_uniform', 'solve_beta', 'entropic_advantages',
+           'mean_baseline_advantages', 'pg_loss', 'State', 'PUCTArchive', 'state_features', 'ActionPolicy',
+           'ProgramPolicy', 'cem_update_', 'ActionCodec', 'make_tiny_llama', 'LMPolicy', 'smollm2_tokenizer',
+           'lora_shift', 'group_rewards', 'run_ttt_discover', 'value_at', 'value_at_cpu', 'cpu_note', 'adam_smooth',
+           'upsample_polish', 'classical_search', 'refine']
 
 # %% ../nbs/14_ttt_discover.ipynb #8b7dd20f
 KNOWN = {  # upper bounds (lower is better); values as in the TTT-Discover README and paper, Table "Mathematics"
@@ -115,6 +118,35 @@ def verify_erdos(h,                       # a construction: (n,) values in [0, 1
     if reported is not None and not abs(c5 - float(reported)) <= atol:
         raise ValueError(f"C5 mismatch: reported {float(reported):.6f}, computed {c5:.6f} (tolerance {atol})")
     return c5
+
+def erdos_c5_exact(h, # a construction: (n,) values in [0, 1]
+                  )->Fraction: # the exact C5 of h rescaled to sum n/2, as a fraction
+    "$C_5$ in exact rational arithmetic, by direct sums over overlapping steps (shares no code with `erdos_c5`)."
+    h = _as_1d(h, "h")
+    if not np.all(np.isfinite(h)): raise ValueError("h contains NaN or inf values: every h_i must be a finite number in [0, 1]")
+    q = [Fraction(float(v)) for v in h]                     # each float exactly; its denominator is a power of 2
+    E = max(v.denominator.bit_length() - 1 for v in q)
+    m = [int(v*2**E) for v in q]                            # h_i = m_i / 2^E, exactly
+    n, M = len(m), sum(m)
+    if M <= 0: raise ValueError("h sums to 0: a valid construction has sum(h) = n/2")
+    a, D = [v*n for v in m], 2*M                            # rescaled to sum n/2: q_i = a_i / D, exactly
+    if min(a) < 0: raise ValueError("h must lie in [0, 1]: it has negative values")
+    if max(a) > D: raise ValueError(f"after exact rescaling to sum n/2, max(h) exceeds 1 by {float(Fraction(max(a) - D, D)):.3g}; "
+                                    "`exactly_feasible(h)` moves h by a few ulps so that it does not")
+    g = [D - v for v in a]                                  # 1 - q_i, times D
+    best = max(max(sum(map(operator.mul, a[s:], g[:n-s])) for s in range(n)),       # shifts m >= 0
+               max(sum(map(operator.mul, a[:n-s], g[s:])) for s in range(1, n)) if n > 1 else 0)  # m < 0
+    return Fraction(2*best, n*D*D)                          # dx * max_m sum_i q_{i+m} (1 - q_i)
+
+def exactly_feasible(h, # a construction: (n,) values in [0, 1], sum about n/2
+                    )->np.ndarray: # (n,) the same up to a few ulps, with exact sum >= n/2
+    "Raise the entries strictly inside (0, 1) by ulps until the exact sum is $\\ge n/2$: rescaling to $n/2$ then keeps them $\\le 1$."
+    h = _as_1d(h, "h").copy(); n = len(h); free = (h > 0) & (h < 1)
+    if h.min() < 0 or h.max() > 1 or not free.any(): raise ValueError("h must lie in [0, 1] with some entries strictly inside")
+    for _ in range(10_000):
+        if sum(Fraction(float(v)) for v in h) >= Fraction(n, 2): return h
+        h[free] = np.nextafter(h[free], 1.0)
+    raise ValueError(f"sum(h) = {h.sum()!r} is too far below n/2 = {n/2}: rescale h first")
 
 # %% ../nbs/14_ttt_discover.ipynb #ce9ad731
 def verify_ac1(a,                         # a construction: (n,) non-negative heights
@@ -320,7 +352,7 @@ def lp_polish(x:np.ndarray,            # start, (n,), feasible
 # %% ../nbs/14_ttt_discover.ipynb #d9f22f04
 @dataclass(frozen=True)
 class Problem:
-    "One optimisation problem with an exact verifier; `value` is minimised, `reward` = 1/value."
+    "One optimisation problem with an exact verifier; `value` is minimised, `reward` = 1/value unless `reward_fn` says otherwise."
     name: str                      # "erdos" or "ac1"
     init_state: Callable           # rng -> (n,) initial construction
     value: Callable                # (n,) -> objective; exact formula, FFT for long inputs
@@ -337,10 +369,23 @@ class Problem:
     term_grads: Callable|None = None # (x, idx) -> their gradients
     lo: float = 0.0                # box of every entry
     hi: float = 1.0
+    reward_fn: Callable|None = None  # value -> reward (higher is better); None: the official 1/value, for values > 0
+    fail_reward: float|None = None # reward of a failed program; None: 0 with 1/value, else the group's lowest reward
+
+    def reward_of(self, v:float)->float:
+        "Reward of a construction whose objective is `v`: `reward_fn(v)`, or the official $R = 1/v$ (needs $v > 0$)."
+        if self.reward_fn is not None:
+            r = float(self.reward_fn(v))
+            if not math.isfinite(r): raise ValueError(f"{self.name}: reward_fn({v!r}) = {r}; it must return a finite number")
+            return r
+        if not v > 0:
+            raise ValueError(f"{self.name}: the default reward 1/value needs a positive objective, got value {v!r}; pass "
+                             "reward_fn to the Problem (e.g. reward_fn=lambda v: -v) for an objective that can be <= 0")
+        return 1.0/v
 
     def reward(self, x:np.ndarray)->float:
-        "$R = 1/\\text{value}(x)$."
-        return 1.0/self.value(x)
+        "$R = $ `reward_of(value(x))`; by default $1/\\text{value}(x)$."
+        return self.reward_of(self.value(x))
 
 def _erdos_value(h:np.ndarray)->float:
     return float(np.max(_xcorr_full(h, 1.0 - h))*2.0/len(h))
@@ -368,8 +413,8 @@ def make_erdos(max_len:int=1000,  # longest construction kept (official MAX_ERDO
     if max_len < n_init[1]: raise ValueError(f"max_len={max_len} must be >= the longest initial length {n_init[1]}")
     return Problem("erdos", partial(_erdos_init, n_lo=n_init[0], n_hi=n_init[1]), _erdos_value, verify_erdos,
                    erdos_smooth_grad, _erdos_project, max_len=max_len, ref=0.38, record=KNOWN["erdos"]["ttt_discover"],
-                   description=("Erdős minimum overlap: find a step function h on [0, 2] with values in [0, 1] and integral 1 "
-                                "that minimises C5 = max_k of the integral of h(x)(1 - h(x+k)) dx."),
+                   description=("Erdős minimum overlap: minimise C5 = max_k ∫h(x)(1-h(x+k))dx over step functions "
+                                "h: [0,2] -> [0,1] with ∫h = 1."),
                    terms=erdos_overlaps, term_grads=erdos_overlap_grads, lo=0.0, hi=1.0)
 
 def make_ac1(max_len:int=2000,          # longest construction kept (official: 100000)
@@ -380,8 +425,8 @@ def make_ac1(max_len:int=2000,          # longest construction kept (official: 1
     return Problem("ac1", partial(_ac1_init, n_lo=n_init[0], n_hi=n_init[1]), _ac1_value, verify_ac1,
                    ac1_smooth_grad, _ac1_project, max_len=max_len, min_len=1000, ref=1.5,
                    record=KNOWN["ac1"]["ttt_discover"], redraw_initial=True,
-                   description=("First autocorrelation inequality: find a non-negative step function f on [-1/4, 1/4] "
-                                "that minimises C1 = max_t (f*f)(t) / (integral of f)^2."),
+                   description=("First autocorrelation inequality: minimise C1 = max_t (f*f)(t)/(∫f)^2 over non-negative "
+                                "step functions f on [-1/4, 1/4]."),
                    terms=ac1_terms, term_grads=ac1_term_grads, lo=0.0, hi=np.inf)
 
 ERDOS, AC1 = make_erdos(), make_ac1()
@@ -405,13 +450,20 @@ def check_action(action:dict)->dict:
         out[k] = float(np.clip(v, *HP_RANGE[k]))
     return out
 
+class ProgramFailed(RuntimeError):
+    "A program that produced no valid construction (a non-finite point or value): reward 0, like a crashed program."
+
+def _finite_step(y:np.ndarray, op:str)->np.ndarray:
+    if not np.all(np.isfinite(y)): raise ProgramFailed(f"operator {op!r} produced a non-finite point")
+    return y
+
 def run_program(problem:Problem,        # the problem
                 x:np.ndarray,           # parent construction, (n,)
                 action:dict,            # {"op": one of OPS, "log10_lr": .., "log10_tau": .., "log10_sigma": ..}
                 rng:np.random.Generator,# randomness of the program (hill climbing)
                 iters:int=20,           # inner iterations
                )->tuple[np.ndarray, float]: # (best construction seen, its value)
-    "Run one program from `x` and return the best construction it saw."
+    "Run one program from `x` and return the best construction it saw; `ProgramFailed` if it produces a non-finite point."
     if iters < 0: raise ValueError(f"iters must be >= 0, got {iters}")
     hp = check_action(action); op = action["op"]
     x = problem.project(np.array(x, dtype=np.float64))
@@ -428,7 +480,7 @@ def run_program(problem:Problem,        # the problem
     if op == "grad":
         lr, tau = 10**hp["log10_lr"], 10**hp["log10_tau"]
         for _ in range(iters):
-            x = problem.project(x - lr*problem.grad(x, tau))
+            x = problem.project(_finite_step(x - lr*problem.grad(x, tau), op))
             v = problem.value(x)
             if v < best_v: best_x, best_v = x, v
     else:  # hill climbing on a random window
@@ -658,9 +710,13 @@ class ProgramPolicy(ActionPolicy):
                  init_log_std:float|tuple=PRIOR_LOG_STD, # initial log stds, one or one per hyperparameter (default: a quarter range)
                  init_logits:tuple|None=None,          # initial operator logits (default: all 0, uniform)
                  seed:int=0,                           # initialisation seed of the MLP's hidden layers
+                 ops:Sequence[str]=OPS,                # operators it may write (e.g. without "lp"); the others get probability 0
                 ):
         super().__init__()
-        self.state_independent = state_independent
+        if not ops or any(o not in OPS for o in ops) or len(set(ops)) != len(ops):
+            raise ValueError(f"ops must be distinct operators from {OPS}, got {ops!r}")
+        self.state_independent, self.ops = state_independent, tuple(o for o in OPS if o in ops)
+        self.register_buffer("op_mask", torch.tensor([o in ops for o in OPS]))   # (ops,) allowed operators
         self.logits = nn.Parameter(torch.zeros(len(OPS)) if init_logits is None else torch.tensor(init_logits, dtype=torch.float32))  # (ops,)
         self.mu = nn.Parameter(torch.tensor(init_mu, dtype=torch.float32))  # (3,)
         self.log_std = nn.Parameter(torch.broadcast_to(torch.as_tensor(init_log_std, dtype=torch.float32), (len(HPARAMS),)).clone())
@@ -684,6 +740,7 @@ class ProgramPolicy(ActionPolicy):
         if self.state_independent: logits, mu = self.logits, self.mu
         else:
             out = self.net(self.feature_vector(f)); logits, mu = out[:len(OPS)], out[len(OPS):]
+        logits = logits.masked_fill(~self.op_mask, -math.inf)              # excluded operators: probability 0
         return logits, mu, self.log_std.clamp(-3.0, 1.0).exp()
 
 # %% ../nbs/14_ttt_discover.ipynb #58a24a5c
@@ -725,7 +782,7 @@ def cem_update_(policy:ProgramPolicy,  # a state-independent program policy, upd
     n_el = max(2, math.ceil(elite_frac*len(actions)))
     el = [actions[i] for i in np.argsort(-np.asarray(rewards, dtype=np.float64), kind="stable")[:n_el]]
     freq = torch.tensor([sum(a["op"] == o for a in el) for o in OPS], dtype=torch.float32)/len(el)
-    p = (1 - smoothing)*F.softmax(policy.logits, -1) + smoothing*freq
+    p = (1 - smoothing)*F.softmax(policy.logits.masked_fill(~policy.op_mask, -math.inf), -1) + smoothing*freq
     policy.logits.copy_(p.clamp_min(1e-6).log())
     std = policy.log_std.exp()
     for j, h in enumerate(HPARAMS):
@@ -812,20 +869,27 @@ class LMPolicy(ActionPolicy):
         conf = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=list(target_modules), bias="none")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed); self.model = get_peft_model(model, conf)
+        self.reset_lora(seed)                               # the adapters' initial state depends on the seed only
         self.model.eval()                                   # no dropout: sampling and scoring see the same policy
         self.use_cache = use_cache                          # the KV-cache argument is `cache` in transformers 5, else `past_key_values`
         self._cache_kw = "cache" if "cache" in inspect.signature(self.model.get_base_model().forward).parameters else "past_key_values"
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
 
+    def reset_lora(self, seed:int=0)->"LMPolicy":
+        "Re-initialise the LoRA adapters from `seed` ($A$ random, $B = 0$: the base model again), as a fresh policy starts."
+        from peft.tuners.lora import LoraLayer
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for m in self.model.modules():
+                if isinstance(m, LoraLayer): m.reset_lora_parameters("default", True)
+        return self
+
     def prompt(self, f:dict)->str:
-        "The prompt that describes the state `f`."
-        text = (f"{f['description']}\nThe current construction has n = {f['n']} steps and value {f['value']:.6f} "
-                f"(lower is better; best known {f['record']:.6f}). Training step {f['t'] + 1} of {f['steps']}.\n"
-                "Write the next optimisation program. Operators: 0 = projected gradient descent on a smooth max "
-                "(uses lr, tau); 1 = random-window hill climbing (uses sigma); 2 = upsample by 2, then gradient descent; "
-                "3 = symmetrize, then gradient descent; 4 = linear-programming polish (uses sigma as its step bound). "
-                "Give log10 of each hyperparameter with one decimal, "
-                "e.g. op=0 lr=-1.5 tau=-3.0 sigma=-2.0")
+        "The prompt that describes the state `f` (about 190 tokens with SmolLM2's chat template)."
+        text = (f"{f['description']}\nState: n = {f['n']}, value {f['value']:.6f} (lower is better), best known "
+                f"{f['record']:.6f}, step {f['t'] + 1} of {f['steps']}.\nPrograms: op 0 gradient descent (lr, tau), "
+                "1 hill climbing (sigma), 2 upsample + gradient, 3 symmetrize + gradient, 4 LP polish (sigma); "
+                "log10 values, e.g. op=0 lr=-1.5 tau=-3.0 sigma=-2.0")
         if not self.chat: return text + "\n"
         from maspob_etal.models import chat_prompt
         return chat_prompt(self.tok, text)
@@ -850,42 +914,64 @@ def _forward(self:LMPolicy, ids:torch.Tensor, mask:torch.Tensor, keep, cache=Non
     return out.logits.float(), getattr(out, "cache", None) if hasattr(out, "cache") else getattr(out, "past_key_values", None)
 
 @patch
+def _prefix(self:LMPolicy, prompts:list[list[int]], k:int):
+    "Read each prompt once and copy its KV cache `k` times: (last logits (G*k, V), cache, mask (G*k, Tp), ids (G*k, Tp))."
+    ids, mask = _left_pad(prompts, self.pad_id)                                         # (G, Tp)
+    z, cache = self._forward(ids, mask, 1)                                              # (G, 1, V)
+    cache.batch_repeat_interleave(k)                                                    # rows g*k .. g*k+k-1 share prompt g
+    return z[:, -1].repeat_interleave(k, 0), cache, mask.repeat_interleave(k, 0), ids.repeat_interleave(k, 0)
+
+@patch
 def sample_groups(self:LMPolicy, features:list[dict], k:int, generator:torch.Generator)->list[list[dict]]:
     "Write `k` actions for each state: forced template tokens, sampled choices (masked to the allowed tokens)."
     prompts = [self.tok.encode(self.prompt(f), add_special_tokens=False) for f in features]
-    ids, mask = _left_pad([p for p in prompts for _ in range(k)], self.pad_id)          # (G*k, Tp)
-    B, dev = ids.shape[0], next(self.model.parameters()).device
-    cache, fed, pending = None, 0, []                        # fed: columns of ids already in the KV cache
+    dev = next(self.model.parameters()).device
     with torch.no_grad():
+        if self.use_cache:                                   # each prompt is read once, then its cache is shared by k rows
+            z_last, cache, mask, ids = self._prefix(prompts, k)
+        else: (ids, mask), cache, z_last = _left_pad([p for p in prompts for _ in range(k)], self.pad_id), None, None
+        B, fed = ids.shape[0], ids.shape[1]                  # fed: columns of ids already in the KV cache
         for slot in self.codec.layout:
             if isinstance(slot, int): col = torch.full((B, 1), slot, dtype=torch.long)
             else:
                 _, cands, _ = slot
-                if self.use_cache:                           # feed only the tokens the cache has not seen
-                    z, cache = self._forward(ids[:, fed:], mask, 1, cache)
-                    fed = ids.shape[1]
-                else: z, _ = self._forward(ids, mask, 1)
-                z = z[:, -1, :][:, cands.to(dev)].cpu()/self.temperature                          # (B, |V_j|)
+                if not self.use_cache: z_last = self._forward(ids, mask, 1)[0][:, -1]            # recompute the whole prefix
+                elif fed < ids.shape[1]:                     # feed only the tokens the cache has not seen
+                    z, cache = self._forward(ids[:, fed:], mask, 1, cache); z_last, fed = z[:, -1], ids.shape[1]
+                z = z_last[:, cands.to(dev)].cpu()/self.temperature                              # (B, |V_j|)
                 col = cands[torch.multinomial(F.softmax(z, -1), 1, generator=generator)]          # (B, 1)
             ids = torch.cat([ids, col], 1); mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long)], 1)
     acts = [self.codec.to_action(row) for row in ids[:, -len(self.codec):].tolist()]
     return [acts[g*k:(g+1)*k] for g in range(len(features))]
 
 @patch
+def _choice_logprob(self:LMPolicy, z:Callable, act:torch.Tensor)->torch.Tensor:
+    "Sum over the choices of $\\log$ softmax over the allowed tokens; `z(j)` gives the logits (B, V) that predict token j."
+    lp = 0
+    for j in self.codec.choice_pos:
+        zj = z(j)/self.temperature; cands = self.codec.layout[j][1].to(zj.device)
+        logq = F.log_softmax(zj[:, cands], -1)                                          # (B, |V_j|)
+        hit = (act[:, j, None].to(zj.device) == cands[None]).float().argmax(-1)
+        lp = lp + logq.gather(1, hit[:, None])[:, 0]
+    return lp
+
+@patch
 def log_prob_groups(self:LMPolicy, features:list[dict], actions:list[list[dict]])->list[torch.Tensor]:
     "$\\log\\pi_\\theta(a|s)$ of each written action, per group; differentiable through the LoRA weights."
     prompts = [self.tok.encode(self.prompt(f), add_special_tokens=False) for f in features]
-    rows = [p + list(a["ids"]) for p, acts in zip(prompts, actions) for a in acts]
-    ids, mask = _left_pad(rows, self.pad_id)                                            # (B, T), actions right-aligned
-    La, T = len(self.codec), ids.shape[1]
-    keep = torch.tensor([T - La + j - 1 for j in self.codec.choice_pos])                # logits that predict each choice
-    z = self._forward(ids, mask, keep)[0]/self.temperature                              # (B, n_choices, V)
-    lp = 0
-    for c, j in enumerate(self.codec.choice_pos):
-        cands = self.codec.layout[j][1].to(z.device)
-        logq = F.log_softmax(z[:, c, :][:, cands], -1)                                 # (B, |V_j|)
-        hit = (ids[:, T - La + j, None].to(z.device) == cands[None]).float().argmax(-1)
-        lp = lp + logq.gather(1, hit[:, None])[:, 0]
+    act = torch.tensor([list(a["ids"]) for acts in actions for a in acts], dtype=torch.long)   # (B, La)
+    La, ks = act.shape[1], {len(a) for a in actions}
+    if self.use_cache and len(ks) == 1:                      # prompts read once (with gradients), their caches shared
+        z_last, cache, mask, _ = self._prefix(prompts, ks.pop())
+        z = self._forward(act, torch.cat([mask, torch.ones_like(act)], 1), La, cache)[0]     # (B, La, V)
+        lp = self._choice_logprob(lambda j: z_last if j == 0 else z[:, j - 1], act)
+    else:                                                    # one row per action: prompt and action together
+        ids, mask = _left_pad([p + list(a["ids"]) for p, acts in zip(prompts, actions) for a in acts], self.pad_id)
+        T = ids.shape[1]
+        keep = torch.tensor([T - La + j - 1 for j in self.codec.choice_pos])            # logits that predict each choice
+        z = self._forward(ids, mask, keep)[0]                                           # (B, n_choices, V)
+        col = {j: c for c, j in enumerate(self.codec.choice_pos)}
+        lp = self._choice_logprob(lambda j: z[:, col[j]], act)
     out, i = [], 0
     for acts in actions: out.append(lp[i:i+len(acts)].cpu()); i += len(acts)
     return out
@@ -906,14 +992,45 @@ def smollm2_tokenizer():
     from maspob_etal.models import load_tokenizer
     return load_tokenizer()
 
+# %% ../nbs/14_ttt_discover.ipynb #8fad4d75
+@patch
+def op_probs(self:LMPolicy, features:list[dict])->torch.Tensor:
+    "The exact distribution of the operator each state's program starts with, (G, ops)."
+    prompts = [self.tok.encode(self.prompt(f), add_special_tokens=False) for f in features]
+    j0 = self.codec.choice_pos[0]                                                       # the operator digit
+    ids, mask = _left_pad([p + list(self.codec.layout[:j0]) for p in prompts], self.pad_id)
+    z = self._forward(ids, mask, 1)[0][:, -1]/self.temperature                          # (G, V)
+    return F.softmax(z[:, self.codec.layout[j0][1].to(z.device)], -1).cpu()
+
+@torch.no_grad()
+def lora_shift(policy:LMPolicy,      # an LM policy after test-time training
+               features:list[dict],  # probe states
+               k:int=32,             # programs drawn from the base model per probe state
+               seed:int=0,           # seed of those draws
+              )->dict:               # kl (nats), tv_op, and the per-program log-ratios
+    "How far the LoRA update moved the programs: $\\widehat{KL}(\\pi_0\\|\\pi_T)$ on programs from $\\pi_0$, and the TV of the operator distributions."
+    with policy.model.disable_adapter():                                                # the base model: pi_0
+        acts = policy.sample_groups(features, k, torch.Generator().manual_seed(seed))
+        lp0, op0 = torch.cat(policy.log_prob_groups(features, acts)), policy.op_probs(features)
+    lpT, opT = torch.cat(policy.log_prob_groups(features, acts)), policy.op_probs(features)
+    return dict(kl=float((lp0 - lpT).mean()), tv_op=float(0.5*(op0 - opT).abs().sum(-1).mean()),
+                log_ratio=(lpT - lp0).tolist())
+
 # %% ../nbs/14_ttt_discover.ipynb #0dd914a2
 def _rollout(job:tuple)->tuple:
-    "Run one program; a program that fails (bad input, non-finite result) returns (None, None)."
+    "Run one program; a program that breaks down (`ProgramFailed`) returns (None, None); any other error surfaces."
     problem, x, action, key, iters = job
-    try:
-        xb, v = run_program(problem, x, action, np.random.default_rng(key), iters)
-    except (ValueError, ArithmeticError): return None, None
-    return (xb, v) if math.isfinite(v) and v > 0 else (None, None)
+    try: return run_program(problem, x, action, np.random.default_rng(key), iters)
+    except ProgramFailed: return None, None
+
+def group_rewards(problem:Problem, # the problem (its `reward_of` and `fail_reward`)
+                  values:list,     # objective of each rollout of one group, None for a failed one
+                 )->np.ndarray:    # rewards, (K,)
+    "Rewards of one group: `problem.reward_of(v)`; a failed rollout gets `fail_reward`, 0 (official) or the group's lowest."
+    r = [None if v is None else problem.reward_of(v) for v in values]
+    ok = [x for x in r if x is not None]
+    fail = problem.fail_reward if problem.fail_reward is not None else (0.0 if problem.reward_fn is None else min(ok, default=0.0))
+    return np.array([fail if x is None else x for x in r], dtype=np.float64)
 
 MODES = ("ttt", "frozen", "expected", "cem", "restarts")
 
@@ -952,6 +1069,7 @@ def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Pr
     else:
         rng_init = np.random.default_rng([seed, 0])
         initial = [problem.init_state(rng_init) for _ in range(groups)]
+    for x in initial: problem.reward_of(problem.value(x))                     # refuses an objective 1/value cannot reward
     archive = PUCTArchive([(x, -problem.value(x)) for x in initial], c=c, max_size=max_size,
                           topk_children=topk_children, max_len=problem.max_len, min_len=problem.min_len)
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -960,7 +1078,7 @@ def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Pr
     i0 = int(np.argmin([problem.value(x) for x in initial]))
     best_x, best_v = initial[i0], problem.value(initial[i0])
     out = dict(problem=problem.name, mode=mode, seed=seed, initial_best=best_v, curve=[], betas=[], op_frac=[],
-               log10_lr=[], failed=0, rollouts=0)
+               log10_lr=[], cpu_curve=[], failed=0, rollouts=0)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     pool = executor if executor is not None else (
         ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 0 else None)
@@ -980,7 +1098,7 @@ def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Pr
             advs, betas, rewards = [], [], []
             for g, s in enumerate(parents):
                 rg = res[g*group_size:(g+1)*group_size]
-                r = np.array([0.0 if v is None else 1.0/v for _, v in rg])     # R = 1/C, 0 when failed
+                r = group_rewards(problem, [v for _, v in rg])                 # R = 1/C, 0 when failed
                 b = solve_beta(r, delta); betas.append(b); rewards.append(r)   # 2.4 advantages
                 advs.append(mean_baseline_advantages(r) if mode == "expected" else entropic_advantages(r, beta=b))
                 if mode != "restarts":
@@ -995,6 +1113,7 @@ def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Pr
                 opt.zero_grad(); loss.backward(); opt.step()
             elif mode == "cem": cem_update_(policy, flat, np.concatenate(rewards))
             out["rollouts"] += len(flat); out["curve"].append(float(best_v)); out["betas"].append(betas)
+            out["cpu_curve"].append(time.process_time() - t_cpu)               # this process's CPU so far (inline rollouts)
             out["op_frac"].append([sum(a["op"] == o for a in flat)/len(flat) for o in OPS])
             out["log10_lr"].append(float(np.mean([a["log10_lr"] for a in flat if "grad" in a["op"]] or [np.nan])))
     finally:
@@ -1004,6 +1123,33 @@ def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Pr
                mean_curve=float(np.mean(out["curve"])) if out["curve"] else float(best_v))
     if construction_path is not None: out["construction_value"] = v0
     return out
+
+# %% ../nbs/14_ttt_discover.ipynb #7dd3492b
+def value_at(run:dict, # a result of `run_ttt_discover`
+             t:int,    # training steps, 0..len(run["curve"]); 0 is the best initial state
+            )->float:  # best verified value after t steps
+    "The best-so-far value of `run` after `t` training steps."
+    if not 0 <= t <= len(run["curve"]): raise ValueError(f"t must lie in 0..{len(run['curve'])}, got {t}")
+    return float(run["initial_best"]) if t == 0 else float(run["curve"][t - 1])
+
+def value_at_cpu(run:dict,     # a result of `run_ttt_discover`
+                 cpu_s:float,  # CPU budget in seconds
+                )->tuple[float, int, bool]: # (best value within the budget, steps taken, whether the run reached the budget)
+    "The best-so-far value of `run` at the last step whose cumulative CPU time is at most `cpu_s`."
+    cpu = np.asarray(run["cpu_curve"], dtype=np.float64)
+    t = int(np.searchsorted(cpu, cpu_s, side="right"))                  # steps finished within the budget
+    return value_at(run, t), t, bool(len(cpu) and cpu[-1] >= cpu_s)
+
+def cpu_note(ours_cpu:Sequence[float], # CPU seconds of our method, one per seed
+             base_cpu:Sequence[float], # the baseline's, on the same seeds
+             ours:str, base:str,       # their names
+            )->str:
+    "One line on the CPU time of two methods over the same seeds: the means, and on how many seeds the baseline used less."
+    o, b = np.asarray(ours_cpu, dtype=np.float64), np.asarray(base_cpu, dtype=np.float64)
+    if o.shape != b.shape or o.ndim != 1 or not len(o): raise ValueError(f"need one CPU time per seed for both, got {o.shape} and {b.shape}")
+    k, n = int((b < o).sum()), len(o)
+    where = f"every seed ({n} of {n})" if k == n else "no seed" if k == 0 else f"{k} of {n} seeds"
+    return f"CPU s per run: {ours} {o.mean():.1f}, {base} {b.mean():.1f}; {base} used less CPU on {where}"
 
 # %% ../nbs/14_ttt_discover.ipynb #201ed1a9
 def adam_smooth(problem:Problem,         # the problem (its smooth gradient and projection)
@@ -1023,31 +1169,72 @@ def adam_smooth(problem:Problem,         # the problem (its smooth gradient and 
         if val < best_v: best_x, best_v = x, val
     return best_x, float(best_v)
 
+def upsample_polish(problem:Problem,      # a problem with `terms` (for the LP polish)
+                    x:np.ndarray,          # a polished construction, (n,)
+                    rng:np.random.Generator, # randomness of the perturbations
+                    tries:int=4,           # perturbed copies polished
+                    noise:float=2e-3,      # std of the perturbation
+                    lp_iters:int=150,      # linear programs per polish
+                    n_active:int=1000,     # terms linearised per linear program
+                   )->tuple[np.ndarray, float]: # (best of x and the polished copies, its value)
+    "Upsample by 2 (same value), perturb, polish; keep the best. Without the perturbation the polish stays where it is."
+    best_x, best_v = x, problem.value(x)
+    if 2*len(x) > problem.max_len: return best_x, best_v
+    y = np.repeat(x, 2)
+    for _ in range(tries):
+        z, v = lp_polish(problem.project(y + noise*rng.standard_normal(len(y))), problem.value, problem.terms,
+                         problem.term_grads, problem.project, problem.lo, problem.hi, iters=lp_iters, n_active=n_active)
+        if v < best_v: best_x, best_v = z, v
+    return best_x, float(best_v)
+
 def classical_search(problem:Problem,    # a problem with `terms` (for the LP polish)
                      seed:int=0,          # seeds the random starts
                      restarts:int=4,      # random starts, each Adam then polish
-                     adam_steps:int=600,  # Adam steps per start
+                     adam_steps:int=1500, # Adam steps per start
                      adam_lr:float=0.01,
-                     tau:tuple=(1e-2, 1e-5),
-                     lp_iters:int=100,    # linear programs per polish
+                     tau:tuple=(3e-2, 1e-5),
+                     lp_iters:int=200,    # linear programs per polish
                      rho:float=0.01,      # initial trust radius of the polish
-                     upsample:int=1,      # times the best is upsampled by 2 and polished again (within max_len)
+                     n_active:int=1000,   # terms linearised per linear program
+                     screen:int=0,        # > 0: polish every start with `screen` LPs only, then `finish` the best ones
+                     finish:int=1,        # starts polished on with `lp_iters` LPs after screening
+                     upsample:int=0,      # times the best is upsampled by 2, perturbed and polished (`upsample_polish`)
+                     tries:int=4,         # perturbed copies per upsampling
+                     keep:int=1,          # constructions returned in `top` (the best starts)
                      show_progress:bool=False,
-                    )->dict:              # best construction and value, per-start values, CPU and wall time
-    "The classical baseline: restarts of (Adam on the smooth max, then LP polish), then upsample the best and polish."
+                    )->dict:              # best construction and value, per-start values, top starts, CPU and wall time
+    "The classical baseline: restarts of (Adam on the smooth max, then LP polish, optionally screened), then upsample the best."
     if restarts < 1: raise ValueError(f"restarts must be >= 1, got {restarts}")
     if problem.terms is None: raise ValueError(f"classical_search needs the problem's terms for the LP polish; {problem.name} has none")
     t_wall, t_cpu = time.perf_counter(), time.process_time()
-    rng, best_x, best_v, per_start = np.random.default_rng([seed, 7]), None, math.inf, []
-    polish = lambda x: lp_polish(x, problem.value, problem.terms, problem.term_grads, problem.project, problem.lo, problem.hi,
-                                 iters=lp_iters, rho=rho)
+    rng, per_start, found = np.random.default_rng([seed, 7]), [], []
+    polish = lambda x, it: lp_polish(x, problem.value, problem.terms, problem.term_grads, problem.project, problem.lo,
+                                     problem.hi, iters=it, rho=rho, n_active=n_active)
     for _ in progress(range(restarts), desc=f"classical {problem.name}", disable=not show_progress):
         x, _ = adam_smooth(problem, problem.init_state(rng), adam_steps, adam_lr, tau)
-        x, v = polish(x); per_start.append(v)
-        if v < best_v: best_x, best_v = x, v
+        x, v = polish(x, screen if screen > 0 else lp_iters)
+        per_start.append(v); found.append((v, x))
+    found.sort(key=lambda t: t[0])
+    if screen > 0:                                        # the screen ranks the starts well: polish the best ones on
+        found = sorted([polish(x, lp_iters)[::-1] for _, x in found[:finish]], key=lambda t: t[0]) + found[finish:]
+    best_v, best_x = found[0]
     for _ in range(upsample):
-        if 2*len(best_x) > problem.max_len: break
-        x, v = polish(problem.project(np.repeat(best_x, 2)))
-        if v < best_v: best_x, best_v = x, v
-    return dict(best_x=best_x, best_value=problem.verify(best_x), per_start=per_start, cpu_s=time.process_time() - t_cpu,
-                wall_s=time.perf_counter() - t_wall)
+        x, v = upsample_polish(problem, best_x, rng, tries, lp_iters=lp_iters, n_active=n_active)
+        if not v < best_v: break
+        best_x, best_v = x, v
+    return dict(best_x=best_x, best_value=problem.verify(best_x), per_start=per_start, top=[x for _, x in found[:keep]],
+                cpu_s=time.process_time() - t_cpu, wall_s=time.perf_counter() - t_wall)
+
+def refine(problem:Problem,   # a problem with `terms`
+           x:np.ndarray,      # a polished construction, (n,)
+           seed:int=0,        # seeds the perturbations
+           levels:int=1,      # rounds of `upsample_polish` (stops at the first that does not improve)
+           tries:int=4, noise:float=2e-3, lp_iters:int=150, n_active:int=1000,
+          )->dict:            # best construction, its verified value, CPU seconds
+    "Refine a construction by rounds of `upsample_polish`."
+    t_cpu, rng, best_x, best_v = time.process_time(), np.random.default_rng([seed, 8]), x, problem.value(x)
+    for _ in range(levels):
+        y, v = upsample_polish(problem, best_x, rng, tries, noise, lp_iters, n_active)
+        if not v < best_v: break
+        best_x, best_v = y, v
+    return dict(best_x=best_x, best_value=problem.verify(best_x), cpu_s=time.process_time() - t_cpu)

@@ -379,3 +379,175 @@ r = run_ttt_discover(P, "ttt", seed=1, steps=3, groups=2, group_size=4, iters=10
 c = classical_search(P, seed=1, restarts=1, adam_steps=40, lp_iters=4)
 result = r["curve"] + [r["best_value"], c["best_value"]] + r["policy"].mu.tolist()
 """)
+
+# ---------- a user's own problem: reward transform, failures, errors that surface ----------
+from maspob_etal.ttt_discover import (ProgramFailed, group_rewards, value_at, value_at_cpu, cpu_note, erdos_c5_exact,
+                                      exactly_feasible, lora_shift, upsample_polish)
+from fractions import Fraction
+
+NEG = dataclasses.replace(ERDOS, value=lambda x: ERDOS.value(x) - 1.0)    # an objective that is negative everywhere
+
+def test_nonpositive_objective_is_refused_with_a_message():
+    x = ERDOS.init_state(np.random.default_rng(0))
+    with pytest.raises(ValueError, match="pass reward_fn"): NEG.reward(x)
+    with pytest.raises(ValueError, match="pass reward_fn"): run_ttt_discover(NEG, steps=1, groups=2, group_size=2, iters=1)
+    assert dataclasses.replace(NEG, reward_fn=lambda v: -v).reward(x) == pytest.approx(1.0 - ERDOS.value(x), abs=1e-15)
+    assert ERDOS.reward(x) == 1.0/ERDOS.value(x)
+
+def test_group_rewards_of_failures():
+    assert np.array_equal(group_rewards(ERDOS, [0.5, None, 0.25]), [2.0, 0.0, 4.0])                # official: R = 1/C, failure 0
+    neg = dataclasses.replace(NEG, reward_fn=lambda v: -v)
+    assert np.array_equal(group_rewards(neg, [-0.5, None, -0.25]), [0.5, 0.25, 0.25])             # failure: the group's lowest
+    assert np.array_equal(group_rewards(dataclasses.replace(neg, fail_reward=-3.0), [-0.5, None]), [0.5, -3.0])
+    r = run_ttt_discover(neg, steps=2, groups=2, group_size=3, iters=2, seed=1)
+    assert r["rollouts"] == 12 and r["failed"] == 0
+
+def test_user_errors_surface_and_program_failures_do_not():
+    calls = [0]
+    def buggy(x):                                  # works for the initial states, then fails inside a rollout
+        calls[0] += 1
+        if calls[0] > 10: raise ValueError("bug in the user's objective")
+        return ERDOS.value(x)
+    with pytest.raises(ValueError, match="bug in the user's objective"):
+        run_ttt_discover(dataclasses.replace(ERDOS, value=buggy), steps=1, groups=2, group_size=2, iters=2)
+    bad = dataclasses.replace(ERDOS, grad=lambda x, tau: np.full_like(x, np.inf))   # every gradient program breaks down
+    x = ERDOS.init_state(np.random.default_rng(0))
+    with pytest.raises(ProgramFailed): run_program(bad, x, dict(op="grad", log10_lr=0, log10_tau=-3), np.random.default_rng(0), 2)
+    pol = ProgramPolicy(ops=("grad",))
+    r = run_ttt_discover(bad, steps=1, groups=2, group_size=3, iters=2, seed=0, policy=pol)
+    assert r["failed"] == 6 and r["rollouts"] == 6 and r["best_value"] == r["initial_best"]   # counted as failures, reward 0
+
+# ---------- the policy over generic operators ----------
+GENERIC = ("grad", "hill", "upsample_grad", "symmetrize_grad")
+
+def test_policy_without_lp():
+    pol, full = ProgramPolicy(ops=GENERIC), ProgramPolicy()
+    f = state_features(ERDOS, 0.39, 80, 0, 5)
+    acts = pol.sample(f, 300, torch.Generator().manual_seed(0))
+    assert {a["op"] for a in acts} == set(GENERIC)                                    # never lp, every other operator
+    a4 = acts[:5]
+    assert torch.allclose(pol.log_prob(f, a4) - full.log_prob(f, a4), torch.full((5,), math.log(5/4)), atol=1e-6)
+    cem_update_(pol, acts[:8], list(range(8)))                                         # CEM keeps lp at probability 0
+    logits, _, _ = pol.dist(f); assert torch.softmax(logits, -1)[OPS.index("lp")] == 0
+    r = run_ttt_discover(ERDOS, "ttt", steps=2, groups=2, group_size=4, iters=2, seed=0, policy=ProgramPolicy(ops=GENERIC))
+    assert all(fr[OPS.index("lp")] == 0 for fr in r["op_frac"]) and not torch.equal(r["policy"].mu, full.mu)
+    with pytest.raises(ValueError, match="ops must be"): ProgramPolicy(ops=("grad", "grad"))
+
+# ---------- budgets, equal CPU, the CPU note ----------
+def test_value_at_and_equal_cpu():
+    r = dict(initial_best=0.39, curve=[0.385, 0.384, 0.384, 0.382], cpu_curve=[1.0, 2.5, 3.0, 4.5])
+    assert [value_at(r, t) for t in range(5)] == [0.39, 0.385, 0.384, 0.384, 0.382]
+    assert value_at_cpu(r, 2.5) == (0.384, 2, True) and value_at_cpu(r, 2.49) == (0.385, 1, True)
+    assert value_at_cpu(r, 0.9) == (0.39, 0, True) and value_at_cpu(r, 5.0) == (0.382, 4, False)
+    with pytest.raises(ValueError, match="t must lie"): value_at(r, 5)
+
+def test_a_shorter_run_is_the_start_of_a_longer_one():
+    "The budgets of C1 are read off one run: its first t steps equal a run of t steps."
+    a = run_ttt_discover(ERDOS, "ttt", seed=2, steps=2, groups=2, group_size=3, iters=3)
+    b = run_ttt_discover(ERDOS, "ttt", seed=2, steps=4, groups=2, group_size=3, iters=3)
+    assert b["curve"][:2] == a["curve"] and len(b["cpu_curve"]) == 4 and np.all(np.diff(b["cpu_curve"]) >= 0)
+
+def test_cpu_note_says_on_how_many_seeds():
+    assert cpu_note([207.0, 56.0], [28.0, 20.0], "TTT-Discover", "classical") == \
+        "CPU s per run: TTT-Discover 131.5, classical 24.0; classical used less CPU on every seed (2 of 2)"
+    assert cpu_note([1.0, 5.0, 8.0], [2.0, 4.0, 9.0], "a", "b").endswith("b used less CPU on 1 of 3 seeds")
+    assert cpu_note([1.0, 2.0], [3.0, 4.0], "a", "b").endswith("b used less CPU on no seed")
+    with pytest.raises(ValueError, match="one CPU time per seed"): cpu_note([1.0], [1.0, 2.0], "a", "b")
+
+# ---------- the exact evaluator ----------
+def test_exact_evaluator_agrees_and_is_exact():
+    h = exactly_feasible(haugland_51())
+    assert np.abs(h - haugland_51()).max() <= 2e-16 and sum(map(Fraction, h)) >= Fraction(51, 2)
+    e = erdos_c5_exact(h)
+    assert isinstance(e, Fraction) and abs(float(e) - HAUGLAND) <= 1e-9 and abs(float(e) - erdos_c5(h)) <= 1e-15
+    assert erdos_c5_exact(np.repeat(h, 3)) == e                                          # exact invariance
+    assert erdos_c5_exact([0.5, 0.5]) == Fraction(1, 2)
+    # asymmetric, every shift different: [1, 0, 0.5] has overlaps m=-2: 0, m=-1: 1*(1-0)..., computed by hand
+    h3 = [1.0, 0.0, 0.5]                                                                 # sum 1.5 = n/2, dx = 2/3
+    S = {m: sum(h3[i + m]*(1 - h3[i]) for i in range(3) if 0 <= i + m < 3) for m in range(-2, 3)}
+    assert erdos_c5_exact(h3) == Fraction(2, 3)*Fraction(max(S.values())).limit_denominator(8)
+    x = ERDOS.project(np.random.default_rng(3).uniform(0, 1, 301))
+    assert abs(float(erdos_c5_exact(exactly_feasible(x))) - erdos_c5(x)) <= 1e-13
+    with pytest.raises(ValueError, match="exactly_feasible"): erdos_c5_exact(haugland_51())
+    with pytest.raises(ValueError, match="negative"): erdos_c5_exact([-0.1, 0.6, 1.0])
+
+# ---------- the classical optimiser's screen and the upsampling polish ----------
+def test_screened_restarts_and_upsample_polish():
+    P = make_erdos(max_len=160)
+    s = classical_search(P, seed=2, restarts=3, adam_steps=40, lp_iters=6, screen=2, finish=1, keep=3)
+    full = classical_search(P, seed=2, restarts=3, adam_steps=40, lp_iters=2, keep=3)   # the same starts, screened only
+    assert sorted(s["per_start"]) == sorted(full["per_start"])                            # the screen is the short polish
+    assert s["best_value"] <= min(s["per_start"]) and len(s["top"]) == 3
+    x = s["top"][0]
+    y, v = upsample_polish(P, x, np.random.default_rng(0), tries=0)
+    assert np.array_equal(y, x) and v == P.value(x)
+    y, v = upsample_polish(P, x, np.random.default_rng(0), tries=1, lp_iters=5)
+    assert v <= P.value(x) and len(y) in (len(x), 2*len(x)) and v == pytest.approx(verify_erdos(y), abs=1e-15)
+
+# ---------- the LM policy: shared prompt caches, the shift probe ----------
+def _moved(pol, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in pol.named_parameters():
+            if "lora_B" in n: p.copy_(0.05*torch.randn(p.shape, generator=g))
+    return pol
+
+def test_lm_shared_cache_equals_one_row_per_action(tok):
+    pol = _moved(LMPolicy(make_tiny_llama(len(tok), seed=2), tok, lora_r=4, seed=2))
+    feats = [state_features(ERDOS, 0.39, 80, 0, 5), state_features(ERDOS, 0.3851, 1000, 3, 5)]   # prompts of different lengths
+    acts = pol.sample_groups(feats, 3, torch.Generator().manual_seed(1))
+    out = {}
+    for cache in (True, False):
+        pol.use_cache = cache; pol.zero_grad()
+        assert pol.sample_groups(feats, 3, torch.Generator().manual_seed(1)) == acts
+        lp = torch.cat(pol.log_prob_groups(feats, acts)); lp.sum().backward()
+        out[cache] = (lp.detach(), {n: p.grad.clone() for n, p in pol.named_parameters() if p.grad is not None})
+    assert torch.allclose(out[True][0], out[False][0], atol=1e-4)
+    pol.use_cache = True; prompts = [tok.encode(pol.prompt(f), add_special_tokens=False) for f in feats]
+    with torch.no_grad():
+        z, _, mask, ids = pol._prefix(prompts, 3)                                    # rows 0-2: prompt 0, rows 3-5: prompt 1
+        own = [pol._forward(torch.tensor([p]), torch.ones((1, len(p)), dtype=torch.long), 1)[0][0, -1] for p in prompts]
+    assert (own[0] - own[1]).abs().max() > 0
+    for r in range(6): assert torch.equal(ids[r, -len(prompts[r // 3]):], torch.tensor(prompts[r // 3]))
+    assert max((z[r] - own[r // 3]).abs().max().item() for r in range(6)) < 1e-5
+    assert out[True][1].keys() == out[False][1].keys()
+    assert all(torch.allclose(out[True][1][n], out[False][1][n], atol=1e-4) for n in out[True][1])
+
+def test_lora_shift_and_reset(tok):
+    pol = LMPolicy(make_tiny_llama(len(tok), seed=3), tok, lora_r=4, seed=5)
+    init = {n: p.clone() for n, p in pol.named_parameters() if "lora_" in n}
+    f = [state_features(ERDOS, 0.39, 80, 0, 5)]
+    sh = lora_shift(pol, f, k=4)
+    assert sh["kl"] == 0 and sh["tv_op"] == 0 and all(x == 0 for x in sh["log_ratio"])   # B = 0: the base model
+    _moved(pol)
+    sh = lora_shift(pol, f, k=4)
+    assert sh["tv_op"] > 0 and max(abs(x) for x in sh["log_ratio"]) > 0
+    assert abs(sh["kl"] + np.mean(sh["log_ratio"])) < 1e-6                                   # KL estimate = -mean log-ratio
+    pol.reset_lora(5)
+    assert all(torch.equal(p, init[n]) for n, p in pol.named_parameters() if "lora_" in n)  # as freshly built with seed 5
+    assert torch.allclose(pol.op_probs(f).sum(-1), torch.ones(1), atol=1e-6)
+
+# ---------- the prose states the budget the code runs ----------
+def test_differences_state_the_full_budget_of_the_code():
+    import ast
+    nb = json.loads((Path(__file__).parents[1]/"nbs"/"14_ttt_discover.ipynb").read_text())
+    src = lambda c: "".join(c["source"])
+    cfg_src = next(src(c) for c in nb["cells"] if c["cell_type"] == "code" and src(c).lstrip().startswith("cfg = pick("))
+    call = ast.parse(cfg_src).body[0].value
+    def lit(n):                                                        # literals, and dict(...) calls of literals
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "dict": return {k.arg: lit(k.value) for k in n.keywords}
+        if isinstance(n, ast.Tuple): return tuple(lit(e) for e in n.elts)
+        return ast.literal_eval(n)
+    full = {}
+    for kw in call.keywords:
+        try: full[kw.arg] = lit(kw.value)[1]
+        except (ValueError, KeyError): pass                            # e.g. workers (from the machine), dry_run, dry
+    diff = next(src(c) for c in nb["cells"] if c["cell_type"] == "markdown" and "## Differences from the paper" in src(c))
+    f = full
+    for s in (f"{f['steps']} steps × {f['groups']} groups × {f['group_size']} = {f['steps']*f['groups']*f['group_size']} rollouts "
+              f"of {f['iters']} iterations", f"(read at {', '.join(map(str, f['budgets'][:-1]))} and {f['budgets'][-1]} steps)",
+              f"lengths up to {f['max_len']}, {f['n_seeds']} seeds", f"the frozen sampler runs {f['frozen_steps']} steps",
+              f"{f['lm_steps']} steps × {f['lm_groups']} groups × {f['lm_group_size']} = {f['lm_steps']*f['lm_groups']*f['lm_group_size']} rollouts",
+              f"runs {f['classical']['restarts']} restarts per seed", f"{f['disc_chunks']} chunks of {f['disc']['restarts']} classical",
+              f"screened with {f['disc']['screen']} linear programs, the {f['disc']['finish']} best", f"refines the {f['disc_refine']} best"):
+        assert s in " ".join(diff.split()), s
