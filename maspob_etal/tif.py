@@ -26,24 +26,36 @@ __all__ = ['TOY', 'NAMES', 'ITEMS', 'UPS', 'DOWNS', 'DECOYS', 'TOY_VARIANTS', 'T
 
 # %% ../nbs/10_tif.ipynb #7d171657
 class ThoughtODE(nn.Module):
-    r"The thought state's field $dz/d\tau = -\Lambda z + \tanh(W_z z + U u + b)$ with $\Lambda \succeq \lambda_{\min}$ and $\|W_z\|_2 = \rho\lambda_{\min}$."
+    (r"The thought state's field $dz/d\tau = -\Lambda z + \tanh(W_z z + U u + b)$ with $\Lambda "
+     r"\succeq \lambda_{\min}$ and $\|W_z\|_2 = \rho\lambda_{\min}$.")
     def __init__(self, m:int=64,              # state size
                  in_dim:int=64,               # size of the evidence u
                  lam_min:float=0.1,           # decay floor of Lambda (card default)
                  rho:float=0.5,               # ||W_z||_2 / lam_min, below 1
                  solver:str="expeuler",       # "expeuler" (default) or "rk4"
                  n_sub:int=1,                 # rk4 sub-steps per token
-                 dissipative:bool=True):      # False: Lambda = 0 and W_z unconstrained (the ablation)
+                 dissipative:bool=True):  # False: Lambda = 0 and W_z unconstrained (the ablation)
         super().__init__()
         if not (isinstance(m, int) and m >= 1 and isinstance(in_dim, int) and in_dim >= 1):
-            raise ValueError(f"m and in_dim must be positive integers, got m={m!r}, in_dim={in_dim!r}")
-        if not lam_min > 0: raise ValueError(f"lam_min must be > 0 (the decay floor that makes the state dissipative), got {lam_min}")
-        if not 0 <= rho < 1: raise ValueError(f"rho must be in [0, 1) so that ||W_z|| < lam_min, got {rho}")
-        if solver not in ("expeuler", "rk4"): raise ValueError(f"solver must be 'expeuler' or 'rk4', got {solver!r}")
-        if not (isinstance(n_sub, int) and n_sub >= 1): raise ValueError(f"n_sub must be a positive integer, got {n_sub!r}")
-        self.m, self.in_dim, self.lam_min, self.rho, self.solver, self.n_sub, self.dissipative = m, in_dim, lam_min, rho, solver, n_sub, dissipative
+            raise ValueError(
+                f"m and in_dim must be positive integers, got m={m!r}, in_dim={in_dim!r}"
+            )
+        if not lam_min > 0:
+            raise ValueError(
+                "lam_min must be > 0 (the decay floor that makes the state dissipative), got"
+                f" {lam_min}"
+            )
+        if not 0 <= rho < 1:
+            raise ValueError(f"rho must be in [0, 1) so that ||W_z|| < lam_min, got {rho}")
+        if solver not in ("expeuler", "rk4"):
+            raise ValueError(f"solver must be 'expeuler' or 'rk4', got {solver!r}")
+        if not (isinstance(n_sub, int) and n_sub >= 1):
+            raise ValueError(f"n_sub must be a positive integer, got {n_sub!r}")
+        self.m, self.in_dim, self.lam_min, self.rho, self.solver, self.n_sub, self.dissipative = (
+            m, in_dim, lam_min, rho, solver, n_sub, dissipative
+        )
         self.lam_raw = nn.Parameter(torch.zeros(m))                            # lambda~
-        self.W_raw = nn.Parameter(torch.randn(m, m) / math.sqrt(m))            # W~, normalised into W_z
+        self.W_raw = nn.Parameter(torch.randn(m, m) / math.sqrt(m))  # W~, normalised into W_z
         self.U = nn.Parameter(torch.randn(m, in_dim) / math.sqrt(in_dim))      # evidence weights
         self.b = nn.Parameter(torch.zeros(m))
 
@@ -64,13 +76,14 @@ class ThoughtODE(nn.Module):
     def _step(self, z, a, lam, W, dt):
         "One step from z (B, m) with the input drive a = U u + b (B, m) precomputed."
         if self.solver == "expeuler":
-            decay = torch.exp(-lam*dt)                                                # e^{-Lambda dt}
-            phi = torch.where(lam > 0, -torch.expm1(-lam*dt) / lam.clamp_min(1e-12),  # Lambda^{-1}(I - e^{-Lambda dt}); dt when Lambda = 0
+            decay = torch.exp(-lam*dt)  # e^{-Lambda dt}
+            # Lambda^{-1}(I - e^{-Lambda dt}); dt when Lambda = 0
+            phi = torch.where(lam > 0, -torch.expm1(-lam*dt) / lam.clamp_min(1e-12),
                               torch.full_like(lam, dt))
             return decay*z + phi*torch.tanh(z @ W.T + a)
         h = dt / self.n_sub
         f = lambda z: -lam*z + torch.tanh(z @ W.T + a)
-        for _ in range(self.n_sub):                                                   # classical RK4
+        for _ in range(self.n_sub):  # classical RK4
             k1 = f(z); k2 = f(z + h/2*k1); k3 = f(z + h/2*k2); k4 = f(z + h*k3)
             z = z + h/6*(k1 + 2*k2 + 2*k3 + k4)
         return z
@@ -80,16 +93,23 @@ class ThoughtODE(nn.Module):
         return self._step(z, u @ self.U.T + self.b, self.lam(), self.W_z(), dt)
 
     def bound(self)->float:
-        "Radius sqrt(m)/lam_min of the ball the state never leaves from z_0 = 0 (inf without dissipation)."
+        ("Radius sqrt(m)/lam_min of the ball the state never leaves from z_0 = 0 (inf without "
+         "dissipation).")
         return math.sqrt(self.m) / self.lam_min if self.dissipative else math.inf
 
     def contraction_rate(self)->float:
         "Continuous-time contraction rate c = min(Lambda) - ||W_z||_2 (positive: contracting)."
-        with torch.no_grad(): return float(self.lam().min() - torch.linalg.matrix_norm(self.W_z(), ord=2))
+        with torch.no_grad():
+            return float(self.lam().min() - torch.linalg.matrix_norm(self.W_z(), ord=2))
 
     def contraction_factor(self, dt:float=1.0)->float:
-        "Per-step factor q = exp(-lam_min dt) + rho lam_min dt of the exponential-Euler map (inf for the ablation)."
-        return math.exp(-self.lam_min*dt) + self.rho*self.lam_min*dt if self.dissipative else math.inf
+        ("Per-step factor q = exp(-lam_min dt) + rho lam_min dt of the exponential-Euler map "
+         "(inf for the ablation).")
+        return (
+            math.exp(-self.lam_min * dt) + self.rho * self.lam_min * dt
+            if self.dissipative
+            else math.inf
+        )
 
 # %% ../nbs/10_tif.ipynb #2031a148
 def rms_norm(x:Tensor,          # (..., d)
@@ -104,16 +124,19 @@ def inject(h:Tensor,                  # hidden states, (..., d)
            kappa:float,               # bound on ||h' - h|| / ||h||
            injection:str="additive",  # "additive" (reading A) or "postnorm" (reading B)
           )->Tensor:                  # h', (..., d)
-    r"Bounded update: $h + g\kappa\frac{\|h\|}{\sqrt d}\mathrm{RMSNorm}(d)$, or the norm-preserving $\mathrm{RMSNorm}(h+gd)\|h\|/\sqrt d$."
+    (r"Bounded update: $h + g\kappa\frac{\|h\|}{\sqrt d}\mathrm{RMSNorm}(d)$, or the "
+     r"norm-preserving $\mathrm{RMSNorm}(h+gd)\|h\|/\sqrt d$.")
     g = g[..., None]
     scale = h.norm(dim=-1, keepdim=True) / math.sqrt(h.shape[-1])               # ||h|| / sqrt(d)
     if injection == "additive": return h + g * kappa * scale * rms_norm(d)
-    if injection == "postnorm": return torch.where(g > 0, rms_norm(h + g*d) * scale, h)   # closed gate: h untouched
+    # closed gate: h untouched
+    if injection == "postnorm": return torch.where(g > 0, rms_norm(h + g*d) * scale, h)
     raise ValueError(f"injection must be 'additive' or 'postnorm', got {injection!r}")
 
 # %% ../nbs/10_tif.ipynb #94d7ac38
 class TiFController(nn.Module):
-    "Thought state + direction gate + demand-supply gate + bounded injection; `gated=False` and `dissipative=False` are the ablations."
+    ("Thought state + direction gate + demand-supply gate + bounded injection; `gated=False` and "
+     "`dissipative=False` are the ablations.")
     def __init__(self, d_model:int,           # hidden size d of the steered layer
                  m:int=64,                    # thought-state size
                  kappa:float=0.1,             # injection bound ||dh|| <= kappa ||h||
@@ -125,18 +148,26 @@ class TiFController(nn.Module):
                  theta_D:float=0.5,           # initial demand threshold (learned)
                  b_s:float=-4.0):             # initial supply bias: the gate starts nearly closed
         super().__init__()
-        if not (isinstance(d_model, int) and d_model >= 1): raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
-        if not kappa > 0: raise ValueError(f"kappa must be > 0 (the bound on the relative size of the injection), got {kappa}")
-        if injection not in ("additive", "postnorm"): raise ValueError(f"injection must be 'additive' or 'postnorm', got {injection!r}")
+        if not (isinstance(d_model, int) and d_model >= 1):
+            raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
+        if not kappa > 0:
+            raise ValueError(
+                f"kappa must be > 0 (the bound on the relative size of the injection), got {kappa}"
+            )
+        if injection not in ("additive", "postnorm"):
+            raise ValueError(f"injection must be 'additive' or 'postnorm', got {injection!r}")
         if not dt > 0: raise ValueError(f"dt must be > 0, got {dt}")
-        self.d_model, self.m, self.kappa, self.k, self.injection, self.gated, self.dt = d_model, m, kappa, k, injection, gated, dt
-        self.P = nn.Linear(d_model, m, bias=False)                                   # u_t = P RMSNorm(h_t)
+        self.d_model, self.m, self.kappa, self.k, self.injection, self.gated, self.dt = (
+            d_model, m, kappa, k, injection, gated, dt
+        )
+        self.P = nn.Linear(d_model, m, bias=False)  # u_t = P RMSNorm(h_t)
         self.ode = ThoughtODE(m, m, lam_min, rho, solver, n_sub, dissipative)
-        self.W_o = nn.Linear(m, d_model, bias=False); nn.init.normal_(self.W_o.weight, std=0.02)   # v_t = W_o z_{t+1}
-        self.W_r = nn.Linear(2*m, d_model); nn.init.zeros_(self.W_r.bias)                            # direction gate
-        self.w_s = nn.Linear(m, 1); nn.init.constant_(self.w_s.bias, b_s)                           # supply S_t
+        # v_t = W_o z_{t+1}
+        self.W_o = nn.Linear(m, d_model, bias=False); nn.init.normal_(self.W_o.weight, std=0.02)
+        self.W_r = nn.Linear(2*m, d_model); nn.init.zeros_(self.W_r.bias)  # direction gate
+        self.w_s = nn.Linear(m, 1); nn.init.constant_(self.w_s.bias, b_s)  # supply S_t
         self.theta_D = nn.Parameter(torch.tensor(float(theta_D)))
-        self.force_gate = None                                                        # a number pins g_t (0: controller off)
+        self.force_gate = None  # a number pins g_t (0: controller off)
 
 def n_params(module:nn.Module,             # any module
              trainable_only:bool=True,     # count only parameters that require grad
@@ -148,15 +179,19 @@ def n_params(module:nn.Module,             # any module
 def _scan(self:TiFController, h:Tensor,  # hidden states after the steered layer, (B, T, d)
           entropy:Tensor,                # demand D_t in [0, 1], (B, T)
           z0:Tensor|None=None,           # state carried from earlier tokens, (B, m); None means 0
-          mask:Tensor|None=None,         # (B, T) bool, False at padding: the state holds and the gate is 0 there
+          # (B, T) bool, False at padding: the state holds and the gate is 0 there
+          mask:Tensor|None=None,
          ):
-    "Run the controller causally over the tokens; returns h' (B, T, d) and logs (g, z, z_last, dh_ratio)."
-    if h.dim() != 3 or h.shape[-1] != self.d_model: raise ValueError(f"h must be (B, T, {self.d_model}), got {tuple(h.shape)}")
-    if entropy.shape != h.shape[:2]: raise ValueError(f"entropy must be (B, T) = {tuple(h.shape[:2])}, got {tuple(entropy.shape)}")
+    ("Run the controller causally over the tokens; returns h' (B, T, d) and logs (g, z, z_last, "
+     "dh_ratio).")
+    if h.dim() != 3 or h.shape[-1] != self.d_model:
+        raise ValueError(f"h must be (B, T, {self.d_model}), got {tuple(h.shape)}")
+    if entropy.shape != h.shape[:2]:
+        raise ValueError(f"entropy must be (B, T) = {tuple(h.shape[:2])}, got {tuple(entropy.shape)}")
     B, T, _ = h.shape
     u = self.P(rms_norm(h))                                          # (B, T, m) evidence u_t
     lam, W = self.ode.lam(), self.ode.W_z()
-    a = u @ self.ode.U.T + self.ode.b                                # (B, T, m) input drive, computed once
+    a = u @ self.ode.U.T + self.ode.b  # (B, T, m) input drive, computed once
     z = h.new_zeros(B, self.m) if z0 is None else z0
     zs = []
     for t in range(T):                                               # one token per dt, causal
@@ -166,7 +201,9 @@ def _scan(self:TiFController, h:Tensor,  # hidden states after the steered layer
     Z = torch.stack(zs, 1)                                           # (B, T, m): z_{t+1}
     d = torch.sigmoid(self.W_r(torch.cat([Z, u], -1))) * self.W_o(Z) # direction gate on v_t
     if self.force_gate is not None: g = torch.full_like(entropy, float(self.force_gate))
-    elif self.gated: g = torch.sigmoid(self.k*(entropy - self.theta_D)) * torch.sigmoid(self.w_s(Z))[..., 0]   # demand x supply
+    # demand x supply
+    elif self.gated:
+        g = torch.sigmoid(self.k*(entropy - self.theta_D)) * torch.sigmoid(self.w_s(Z))[..., 0]
     else: g = torch.ones_like(entropy)
     if mask is not None: g = g * mask
     h2 = inject(h, d, g, self.kappa, self.injection)
@@ -189,16 +226,24 @@ def decoder_layers(model)->nn.ModuleList:
     "The decoder blocks of a causal LM (Hugging Face Llama/Qwen/Mistral, GPT-2, or `TinyCausalLM`)."
     layers = _find(model, ("model.layers", "layers", "transformer.h", "model.decoder.layers"))
     if not isinstance(layers, nn.ModuleList):
-        raise ValueError(f"cannot find the decoder layers of {type(model).__name__}: expected model.layers or transformer.h")
+        raise ValueError(
+            f"cannot find the decoder layers of {type(model).__name__}: expected model.layers or"
+            " transformer.h"
+        )
     return layers
 
-def logit_lens_entropy(model,              # a causal LM with a final norm and `get_output_embeddings()`
+def logit_lens_entropy(model,  # a causal LM with a final norm and `get_output_embeddings()`
                        h:Tensor,           # hidden states of any layer, (B, T, d)
                        chunk:int=2048,     # tokens per head projection (memory)
                       )->Tensor:           # D_t in [0, 1], (B, T)
-    r"Normalized entropy $H(\mathrm{softmax}(\mathrm{lm\_head}(\mathrm{norm}(h))))/\log V$ of the logit-lens distribution."
-    norm, head = _find(model, ("model.norm", "norm", "transformer.ln_f", "model.final_layernorm")), model.get_output_embeddings()
-    if norm is None or head is None: raise ValueError(f"cannot find the final norm and output head of {type(model).__name__}")
+    (r"Normalized entropy $H(\mathrm{softmax}(\mathrm{lm\_head}(\mathrm{norm}(h))))/\log V$ of "
+     r"the logit-lens distribution.")
+    norm, head = (
+        _find(model, ("model.norm", "norm", "transformer.ln_f", "model.final_layernorm")),
+        model.get_output_embeddings(),
+    )
+    if norm is None or head is None:
+        raise ValueError(f"cannot find the final norm and output head of {type(model).__name__}")
     flat, out = h.detach().reshape(-1, h.shape[-1]), []
     with torch.no_grad():
         for i in range(0, flat.shape[0], chunk):
@@ -208,14 +253,23 @@ def logit_lens_entropy(model,              # a causal LM with a final norm and `
 
 # %% ../nbs/10_tif.ipynb #aec2715a
 class TiFHandle:
-    "A TiF controller hooked after one decoder layer; the thought state persists across forward calls until `reset()`."
+    ("A TiF controller hooked after one decoder layer; the thought state persists across forward "
+     "calls until `reset()`.")
     def __init__(self, model, layer:int, controller:TiFController):
         layers = decoder_layers(model)
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(layers):
-            raise ValueError(f"layer {layer!r} is outside the model's {len(layers)} decoder layers: pass 0..{len(layers)-1}")
-        d = getattr(getattr(model, "config", None), "hidden_size", None) or getattr(model, "d", None)
+            raise ValueError(
+                f"layer {layer!r} is outside the model's {len(layers)} decoder layers: pass"
+                f" 0..{len(layers)-1}"
+            )
+        d = getattr(getattr(model, "config", None), "hidden_size", None) or getattr(
+            model, "d", None
+        )
         if d is not None and d != controller.d_model:
-            raise ValueError(f"the controller expects d_model={controller.d_model} but the model's hidden size is {d}")
+            raise ValueError(
+                f"the controller expects d_model={controller.d_model} but the model's hidden size"
+                f" is {d}"
+            )
         self.model, self.layer, self.controller = model, layer, controller
         self.z, self.mask, self.logs, self.record, self.history = None, None, None, False, []
         self._hooks = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
@@ -226,15 +280,21 @@ class TiFHandle:
         self.mask = m if (isinstance(m, Tensor) and m.dim() == 2) else None
 
     def _post(self, module, args, out):
-        h = out[0] if isinstance(out, tuple) else out                  # newer transformers return a tensor
+        h = out[0] if isinstance(out, tuple) else out  # newer transformers return a tensor
         B, T, _ = h.shape
-        mask = self.mask[:, -T:].bool() if self.mask is not None and self.mask.shape[0] == B else None
+        mask = (
+            self.mask[:, -T:].bool() if self.mask is not None and self.mask.shape[0] == B else None
+        )
         if self.z is not None and self.z.shape[0] != B:
-            raise RuntimeError(f"the thought state holds {self.z.shape[0]} rows but the batch has {B}: call reset() before a new prompt")
+            raise RuntimeError(
+                f"the thought state holds {self.z.shape[0]} rows but the batch has {B}: call"
+                " reset() before a new prompt"
+            )
         ent = logit_lens_entropy(self.model, h)                        # demand D_t
         h2, logs = self.controller.scan(h, ent, z0=self.z, mask=mask)
         self.z, self.logs = logs["z_last"].detach(), logs
-        if self.record: self.history.append({k: v.detach() for k, v in logs.items()} | dict(entropy=ent))
+        if self.record:
+            self.history.append({k: v.detach() for k, v in logs.items()} | dict(entropy=ent))
         return (h2,) + tuple(out[1:]) if isinstance(out, tuple) else h2
 
     def reset(self):
@@ -259,7 +319,11 @@ def lm_loss(logits:Tensor,    # (B, T, V)
             labels:Tensor,    # (B, T), -100 where nothing is predicted
            )->Tensor:
     "Next-token cross-entropy, shifted as in Hugging Face (logits at t predict labels at t+1)."
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), ignore_index=-100)
+    return F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+        labels[:, 1:].reshape(-1),
+        ignore_index=-100,
+    )
 
 def train_tif(model,                         # the (frozen) base model, or a model carrying `params`
               handle:TiFHandle|None,         # the attached controller to train; None with `params`
@@ -269,26 +333,39 @@ def train_tif(model,                         # the (frozen) base model, or a mod
               beta_gate:float=1e-3,          # weight of the mean gate penalty
               clip:float=1.0,                # gradient-norm clip
               weight_decay:float=0.0,
-              params=None,                   # parameters to train instead of the controller's (LoRA, the base model)
-              time_budget:float|None=None,   # stop after this many seconds (steps done are returned)
+              params=None,  # parameters to train instead of the controller's (LoRA, the base model)
+              time_budget:float|None=None,  # stop after this many seconds (steps done are returned)
               warmup:int=0,                  # linear warm-up steps
               desc:str="train",              # progress-bar label
              )->dict:                        # losses, steps done, seconds
-    "Train the controller behind `handle` (or `params`) with AdamW on next-token CE + beta_gate mean g."
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0: raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    if handle is None and params is None: raise ValueError("pass a TiFHandle to train, or the parameters to train in `params`")
-    params = [p for p in (params if params is not None else handle.controller.parameters()) if p.requires_grad]
+    ("Train the controller behind `handle` (or `params`) with AdamW on next-token CE + beta_gate "
+     "mean g.")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    if handle is None and params is None:
+        raise ValueError("pass a TiFHandle to train, or the parameters to train in `params`")
+    params = [
+        p
+        for p in (params if params is not None else handle.controller.parameters())
+        if p.requires_grad
+    ]
     if not params: raise ValueError("nothing to train: no parameter requires grad")
     dev = next(model.parameters()).device
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1)/warmup) if warmup else 1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0
+    )
     losses, t0 = [], time.perf_counter()
     for i in progress(range(steps), desc=desc, leave=False):
         if time_budget is not None and time.perf_counter() - t0 > time_budget: break
         bt = {k: v.to(dev) for k, v in batches(i).items()}
         if handle is not None: handle.reset()
-        loss = lm_loss(model(input_ids=bt["input_ids"], attention_mask=bt.get("attention_mask")).logits, bt["labels"])
-        if handle is not None and beta_gate: loss = loss + beta_gate * handle.logs["g"].mean()   # sparse interventions
+        loss = lm_loss(
+            model(input_ids=bt["input_ids"], attention_mask=bt.get("attention_mask")).logits,
+            bt["labels"],
+        )
+        # sparse interventions
+        if handle is not None and beta_gate: loss = loss + beta_gate * handle.logs["g"].mean()
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(params, clip); opt.step(); sched.step()
         losses.append(loss.item())
@@ -305,43 +382,57 @@ class _Block(nn.Module):
     def forward(self, x):
         B, T, d = x.shape; H = self.n_heads
         y = self.ln1(x)
-        q, k, v = (f(y).view(B, T, H, d//H).transpose(1, 2) for f in (self.q, self.k, self.v))   # (B, H, T, d/H)
+        # (B, H, T, d/H)
+        q, k, v = (f(y).view(B, T, H, d//H).transpose(1, 2) for f in (self.q, self.k, self.v))
         att = (q @ k.transpose(-1, -2)) / math.sqrt(d//H)
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf")).softmax(-1)
+        att = att.masked_fill(
+            torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf")
+        ).softmax(-1)
         x = x + self.o((att @ v).transpose(1, 2).reshape(B, T, d))
         return x + self.down(F.gelu(self.up(self.ln2(x))))
 
 class TinyCausalLM(nn.Module):
-    "A small pre-norm causal transformer with sinusoidal positions (the toy base model); `.layers`, `.norm`, `.lm_head` as in HF."
+    ("A small pre-norm causal transformer with sinusoidal positions (the toy base model); "
+     "`.layers`, `.norm`, `.lm_head` as in HF.")
     def __init__(self, vocab_size:int, d:int=64, n_layers:int=2, n_heads:int=4):
         super().__init__()
-        if d % n_heads or d % 2: raise ValueError(f"d={d} must be even and divisible by n_heads={n_heads}")
+        if d % n_heads or d % 2:
+            raise ValueError(f"d={d} must be even and divisible by n_heads={n_heads}")
         self.d, self.emb = d, nn.Embedding(vocab_size, d)
         self.layers = nn.ModuleList(_Block(d, n_heads) for _ in range(n_layers))
         self.norm, self.lm_head = nn.LayerNorm(d), nn.Linear(d, vocab_size, bias=False)
     def get_output_embeddings(self): return self.lm_head
     def forward(self, input_ids:Tensor, attention_mask:Tensor|None=None, **kw)->SimpleNamespace:
         T, dev = input_ids.shape[1], input_ids.device
-        ang = torch.arange(T, device=dev)[:, None] * torch.exp(-math.log(1e4) * torch.arange(0, self.d, 2, device=dev) / self.d)
+        ang = torch.arange(T, device=dev)[:, None] * torch.exp(
+            -math.log(1e4) * torch.arange(0, self.d, 2, device=dev) / self.d
+        )
         x = self.emb(input_ids) + torch.cat([ang.sin(), ang.cos()], -1)            # (B, T, d)
         for blk in self.layers: x = blk(x)
         return SimpleNamespace(logits=self.lm_head(self.norm(x)))
 
 TOY = SimpleNamespace(PAD=0, BOS=1, PLUS=2, MINUS=3, EQ=4, DIGIT0=5, NOISE0=15, n_noise=20)
-TOY.vocab_size = TOY.NOISE0 + 2*TOY.n_noise                                    # two disjoint noise pools
+TOY.vocab_size = TOY.NOISE0 + 2*TOY.n_noise  # two disjoint noise pools
 
 # %% ../nbs/10_tif.ipynb #40e0d062
 def make_running_sum_task(n:int,                      # number of traces
                           length:tuple=(6, 12),       # (min, max) items per trace, or one int
-                          distractor_rate:float=0.0,  # probability of a noise token before each sign, digit and '='
+                          # probability of a noise token before each sign, digit and '='
+                          distractor_rate:float=0.0,
                           seed:int=0,
                           pool:str="train",           # noise pool: "train" or "test" (disjoint)
                           modulus:int=10,             # the running total is kept mod this
-                         )->dict:                     # input_ids, labels (-100 except at results), noise mask; (n, T)
-    "Running-sum traces `BOS r0 (+|- d = r)*` with distractor tokens from one of two disjoint pools."
-    if pool not in ("train", "test"): raise ValueError(f"pool must be 'train' or 'test' (disjoint noise tokens), got {pool!r}")
-    if not 0 <= distractor_rate < 1: raise ValueError(f"distractor_rate must be in [0, 1), got {distractor_rate}")
-    if not 2 <= modulus <= 10: raise ValueError(f"modulus must be in 2..10 (results are single digits), got {modulus}")
+                         )->dict:  # input_ids, labels (-100 except at results), noise mask; (n, T)
+    ("Running-sum traces `BOS r0 (+|- d = r)*` with distractor tokens from one of two disjoint "
+     "pools.")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer (the number of traces), got {n!r}")
+    if pool not in ("train", "test"):
+        raise ValueError(f"pool must be 'train' or 'test' (disjoint noise tokens), got {pool!r}")
+    if not 0 <= distractor_rate < 1:
+        raise ValueError(f"distractor_rate must be in [0, 1), got {distractor_rate}")
+    if not 2 <= modulus <= 10:
+        raise ValueError(f"modulus must be in 2..10 (results are single digits), got {modulus}")
     lo, hi = (length, length) if isinstance(length, int) else length
     rng = np.random.default_rng(seed)
     noise0 = TOY.NOISE0 + (0 if pool == "train" else TOY.n_noise)
@@ -352,21 +443,28 @@ def make_running_sum_task(n:int,                      # number of traces
             sg, d = int(rng.integers(2)), int(rng.integers(10))
             r = (r + d if sg == 0 else r - d) % modulus
             for tk in (TOY.PLUS + sg, TOY.DIGIT0 + d, TOY.EQ):
-                if rng.random() < distractor_rate: s.append((noise0 + int(rng.integers(TOY.n_noise)), -100, 1))
+                if rng.random() < distractor_rate:
+                    s.append((noise0 + int(rng.integers(TOY.n_noise)), -100, 1))
                 s.append((tk, -100, 0))
             s.append((TOY.DIGIT0 + r, TOY.DIGIT0 + r, 0))                        # the scored result
         seqs.append(s)
     T = max(map(len, seqs))
-    ids, lab, nz = torch.full((n, T), TOY.PAD), torch.full((n, T), -100), torch.zeros(n, T, dtype=torch.bool)
+    ids, lab, nz = (
+        torch.full((n, T), TOY.PAD), torch.full((n, T), -100), torch.zeros(n, T, dtype=torch.bool)
+    )
     for i, s in enumerate(seqs):
-        a = torch.tensor(s); ids[i, :len(s)], lab[i, :len(s)], nz[i, :len(s)] = a[:, 0], a[:, 1], a[:, 2].bool()
+        a = torch.tensor(s)
+        ids[i, : len(s)], lab[i, : len(s)], nz[i, : len(s)] = a[:, 0], a[:, 1], a[:, 2].bool()
     return dict(input_ids=ids, labels=lab, noise=nz)
 
 def batch_fn(data:dict, batch_size:int, seed:int=0)->Callable:
-    "A deterministic sampler i -> a batch of rows of `data` (for `train_tif`); shared right padding trimmed."
+    ("A deterministic sampler i -> a batch of rows of `data` (for `train_tif`); shared right "
+     "padding trimmed.")
     n = data["input_ids"].shape[0]
     def get(i):
-        idx = torch.randint(n, (batch_size,), generator=torch.Generator().manual_seed(seed*100_003 + i))
+        idx = torch.randint(
+            n, (batch_size,), generator=torch.Generator().manual_seed(seed * 100_003 + i)
+        )
         ids, lab = data["input_ids"][idx], data["labels"][idx]
         T = int((ids != TOY.PAD).sum(1).max())
         return dict(input_ids=ids[:, :T], labels=lab[:, :T])
@@ -389,12 +487,16 @@ def lora_targets(model, layer:int)->list[str]:
     "Full names of the nn.Linear modules inside decoder layer `layer`."
     layers = decoder_layers(model)
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(layers):
-        raise ValueError(f"layer {layer!r} is outside the model's {len(layers)} decoder layers: pass 0..{len(layers)-1}")
+        raise ValueError(
+            f"layer {layer!r} is outside the model's {len(layers)} decoder layers: pass"
+            f" 0..{len(layers)-1}"
+        )
     names = {id(mod): n for n, mod in model.named_modules()}
     return [names[id(mod)] for mod in layers[layer].modules() if isinstance(mod, nn.Linear)]
 
 def lora_rank_for(model, layer:int, n_target:int)->tuple[int, int]:
-    "The LoRA rank r on layer `layer` whose parameter count r * sum(in + out) is nearest to `n_target`; returns (r, count)."
+    ("The LoRA rank r on layer `layer` whose parameter count r * sum(in + out) is nearest to "
+     "`n_target`; returns (r, count).")
     mods = dict(model.named_modules())
     per_rank = sum(mods[n].in_features + mods[n].out_features for n in lora_targets(model, layer))
     r = max(1, round(n_target / per_rank))
@@ -406,14 +508,16 @@ def add_lora(model,                 # the frozen base model (left untouched)
              alpha:float|None=None, # LoRA alpha; None means 2 * rank
              seed:int=0,            # seed of LoRA's A initialisation
             ):
-    "A deep copy of `model` with LoRA (peft) on every linear of one decoder layer; returns (model, LoRA parameters)."
+    ("A deep copy of `model` with LoRA (peft) on every linear of one decoder layer; returns "
+     "(model, LoRA parameters).")
     peft = importlib.import_module("peft")
     names = lora_targets(model, layer)
     m2 = copy.deepcopy(model)
     for p in m2.parameters(): p.requires_grad_(False)
     cfg = peft.LoraConfig(r=rank, lora_alpha=alpha or 2*rank, lora_dropout=0.0,
                           target_modules="^(" + "|".join(re.escape(n) for n in names) + ")$")
-    with torch.random.fork_rng(): torch.manual_seed(seed); m2 = peft.inject_adapter_in_model(cfg, m2)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed); m2 = peft.inject_adapter_in_model(cfg, m2)
     params = [p for n, p in m2.named_parameters() if "lora_" in n]
     for p in params: p.requires_grad_(True)
     return m2, params
@@ -424,33 +528,59 @@ ITEMS = ["apples", "pens", "stickers", "marbles", "cards", "books", "shells", "c
 UPS = ["She buys {n} more.", "She finds {n} more.", "She gets {n} more from a friend."]
 DOWNS = ["She gives {n} away.", "She loses {n}.", "She uses {n}."]
 DECOYS = dict(
-    train=["Her brother is {n} years old.", "The shop opened {n} years ago.", "Her street has {n} houses.",
-           "She walked {n} minutes to school.", "Her class has {n} desks.", "The bus number is {n}."],
-    test=["Her cousin owns {n} bikes.", "The train was {n} minutes late.", "Her aunt is {n} years old.",
-          "The park has {n} benches.", "She read {n} pages yesterday.", "The room number is {n}."])
+    train=[
+        "Her brother is {n} years old.",
+        "The shop opened {n} years ago.",
+        "Her street has {n} houses.",
+        "She walked {n} minutes to school.",
+        "Her class has {n} desks.",
+        "The bus number is {n}.",
+    ],
+    test=[
+        "Her cousin owns {n} bikes.",
+        "The train was {n} minutes late.",
+        "Her aunt is {n} years old.",
+        "The park has {n} benches.",
+        "She read {n} pages yesterday.",
+        "The room number is {n}.",
+    ],
+)
 
 def make_word_problems(n:int,                 # number of problems
-                       steps:tuple=(2, 4),    # (min, max) quantities mentioned, i.e. 1..3 operations
+                       steps:tuple=(2, 4),  # (min, max) quantities mentioned, i.e. 1..3 operations
                        distractors:int=1,     # decoy sentences in each distracted version
                        seed:int=0,
                        pool:str="train",      # decoy pool: "train" or "test" (disjoint)
                       )->list[dict]:          # question, question_distracted, solution, answer
     "Templated arithmetic word problems with a worked solution and a distracted twin."
-    if pool not in DECOYS: raise ValueError(f"pool must be 'train' or 'test' (disjoint decoy sentences), got {pool!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer (the number of problems), got {n!r}")
+    if pool not in DECOYS:
+        raise ValueError(f"pool must be 'train' or 'test' (disjoint decoy sentences), got {pool!r}")
     lo, hi = (steps, steps) if isinstance(steps, int) else steps
-    if not 2 <= lo <= hi: raise ValueError(f"steps must be a (min, max) pair with 2 <= min <= max, got {steps!r}")
+    if not 2 <= lo <= hi:
+        raise ValueError(f"steps must be a (min, max) pair with 2 <= min <= max, got {steps!r}")
     rng, out = np.random.default_rng(seed), []
     for _ in range(n):
         name, item = NAMES[rng.integers(len(NAMES))], ITEMS[rng.integers(len(ITEMS))]
         x = int(rng.integers(2, 10)); sents, sol = [f"{name} has {x} {item}."], []
         for _ in range(int(rng.integers(lo, hi + 1)) - 1):
             if x > 1 and rng.random() < 0.5:
-                k = int(rng.integers(1, x)); sents.append(DOWNS[rng.integers(len(DOWNS))].format(n=k)); sol.append(f"{x} - {k} = {x-k}."); x -= k
+                k = int(rng.integers(1, x))
+                sents.append(DOWNS[rng.integers(len(DOWNS))].format(n=k))
+                sol.append(f"{x} - {k} = {x-k}.")
+                x -= k
             else:
-                k = int(rng.integers(1, 10)); sents.append(UPS[rng.integers(len(UPS))].format(n=k)); sol.append(f"{x} + {k} = {x+k}."); x += k
+                k = int(rng.integers(1, 10))
+                sents.append(UPS[rng.integers(len(UPS))].format(n=k))
+                sol.append(f"{x} + {k} = {x+k}.")
+                x += k
         noisy = list(sents)
         for _ in range(distractors):
-            noisy.insert(int(rng.integers(1, len(noisy) + 1)), DECOYS[pool][rng.integers(len(DECOYS[pool]))].format(n=int(rng.integers(2, 60))))
+            noisy.insert(
+                int(rng.integers(1, len(noisy) + 1)),
+                DECOYS[pool][rng.integers(len(DECOYS[pool]))].format(n=int(rng.integers(2, 60))),
+            )
         q = f"How many {item} does {name} have?"
         out.append(dict(question=" ".join(sents + [q]), question_distracted=" ".join(noisy + [q]),
                         solution=" ".join(sol + [f"The answer is {x}."]), answer=x))
@@ -465,127 +595,260 @@ def last_number(text:str)->int|None:
     nums = re.findall(r"-?\d+", text)
     return int(nums[-1]) if nums else None
 
-def word_problem_batches(tok, problems:list[dict], batch_size:int, distracted_frac:float=0.5, seed:int=0)->Callable:
-    "A deterministic sampler i -> right-padded prompt + solution batch, labels on the solution and EOS only."
+
+def word_problem_batches(
+    tok, problems: list[dict], batch_size: int, distracted_frac: float = 0.5, seed: int = 0
+) -> Callable:
+    ("A deterministic sampler i -> right-padded prompt + solution batch, labels on the solution "
+     "and EOS only.")
     def get(i):
         g, rows = np.random.default_rng(seed*100_003 + i), []
         for j in g.integers(len(problems), size=batch_size):
-            p = problems[int(j)]; q = p["question_distracted"] if g.random() < distracted_frac else p["question"]
-            rows.append((tok(word_prompt(q), add_special_tokens=False)["input_ids"],
-                         tok(" " + p["solution"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]))
+            p = problems[int(j)]
+            q = p["question_distracted"] if g.random() < distracted_frac else p["question"]
+            rows.append(
+                (
+                    tok(word_prompt(q), add_special_tokens=False)["input_ids"],
+                    tok(" " + p["solution"], add_special_tokens=False)["input_ids"]
+                    + [tok.eos_token_id],
+                )
+            )
         T = max(len(a) + len(b) for a, b in rows)
-        ids, lab, att = torch.full((batch_size, T), tok.pad_token_id), torch.full((batch_size, T), -100), torch.zeros(batch_size, T, dtype=torch.long)
+        ids, lab, att = (
+            torch.full((batch_size, T), tok.pad_token_id),
+            torch.full((batch_size, T), -100),
+            torch.zeros(batch_size, T, dtype=torch.long),
+        )
         for r, (a, b) in enumerate(rows):
-            ids[r, :len(a)+len(b)] = torch.tensor(a + b); lab[r, len(a):len(a)+len(b)] = torch.tensor(b); att[r, :len(a)+len(b)] = 1
+            ids[r, : len(a) + len(b)] = torch.tensor(a + b)
+            lab[r, len(a) : len(a) + len(b)] = torch.tensor(b)
+            att[r, : len(a) + len(b)] = 1
         return dict(input_ids=ids, labels=lab, attention_mask=att)
     return get
 
+
 @torch.no_grad()
-def solve_word_problems(model, tok, questions:Sequence[str], handle:TiFHandle|None=None, max_new_tokens:int=32,
-                        batch_size:int=16)->list[str]:
+def solve_word_problems(
+    model,
+    tok,
+    questions: Sequence[str],
+    handle: TiFHandle | None = None,
+    max_new_tokens: int = 32,
+    batch_size: int = 16,
+) -> list[str]:
     "Greedy answers (left-padded batches, KV cache); the thought state is reset for each batch."
     tok.padding_side, out = "left", []
     dev = next(model.parameters()).device
     for i in range(0, len(questions), batch_size):
-        enc = tok([word_prompt(q) for q in questions[i:i+batch_size]], return_tensors="pt", padding=True, add_special_tokens=False).to(dev)
+        enc = tok(
+            [word_prompt(q) for q in questions[i : i + batch_size]],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+        ).to(dev)
         if handle is not None: handle.reset()
-        gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id,
-                             temperature=None, top_p=None, top_k=None)
+        gen = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+        )
         out += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     if handle is not None: handle.reset()
     return out
 
 # %% ../nbs/10_tif.ipynb #76dcf009
-TOY_VARIANTS = {"TiF": {}, "TiF ungated": dict(gated=False), "TiF non-dissipative": dict(dissipative=False)}
+TOY_VARIANTS = {
+    "TiF": {},
+    "TiF ungated": dict(gated=False),
+    "TiF non-dissipative": dict(dissipative=False),
+}
 
 @torch.no_grad()
 def state_norms(model, handle:TiFHandle, data:dict, batch_size:int=50)->dict:
     "max_t ||z_t||, max_t ||dh_t||/||h_t|| and the ||z_t|| trace of the first row, over `data`."
     zmax = rmax = 0.0; trace = None
     for i in range(0, data["input_ids"].shape[0], batch_size):
-        handle.reset(); model(input_ids=data["input_ids"][i:i+batch_size].to(next(model.parameters()).device))
+        handle.reset()
+        model(input_ids=data["input_ids"][i : i + batch_size].to(next(model.parameters()).device))
         zn = handle.logs["z"].norm(dim=-1)
         zmax, rmax = max(zmax, float(zn.max())), max(rmax, float(handle.logs["dh_ratio"].max()))
         if trace is None: trace = zn[0].tolist()
     handle.reset()
     return dict(zmax=zmax, dh_max=rmax, trace=trace)
 
-def run_toy_seed(seed:int, variants:Sequence[str]=("TiF", "TiF ungated", "TiF non-dissipative", "LoRA"),
-                 modulus:int=2, length:tuple=(4, 8), n_train:int=4000, n_test:int=1000,
-                 d:int=64, n_layers:int=2, base_steps:int=400, base_lr:float=5e-3,
-                 steps:int=200, lr:float=1e-2, batch_size:int=32, m:int=16, layer:int=0, kappa:float=0.1,
-                 train_rate:float=0.15, test_rate:float=0.3, long_factor:int=10, n_long:int=20,
-                 keep:bool=False, device:str="cpu")->dict:
-    "One paired seed of the toy protocol: base on clean traces, then every variant on the same noisy batches."
+
+def run_toy_seed(
+    seed: int,
+    variants: Sequence[str] = ("TiF", "TiF ungated", "TiF non-dissipative", "LoRA"),
+    modulus: int = 2,
+    length: tuple = (4, 8),
+    n_train: int = 4000,
+    n_test: int = 1000,
+    d: int = 64,
+    n_layers: int = 2,
+    base_steps: int = 400,
+    base_lr: float = 5e-3,
+    steps: int = 200,
+    lr: float = 1e-2,
+    batch_size: int = 32,
+    m: int = 16,
+    layer: int = 0,
+    kappa: float = 0.1,
+    train_rate: float = 0.15,
+    test_rate: float = 0.3,
+    long_factor: int = 10,
+    n_long: int = 20,
+    keep: bool = False,
+    device: str = "cpu",
+) -> dict:
+    ("One paired seed of the toy protocol: base on clean traces, then every variant on the same "
+     "noisy batches.")
     lo, hi = length
-    mk = lambda n, L, rate, s, pool="train": make_running_sum_task(n, L, rate, seed=s, pool=pool, modulus=modulus)
-    train_clean, train_noisy = mk(n_train, length, 0.0, seed), mk(n_train, length, train_rate, seed + 1)
-    test_clean, test_dis = mk(n_test, length, 0.0, seed + 2), mk(n_test, length, test_rate, seed + 3, "test")
+    mk = lambda n, L, rate, s, pool="train": make_running_sum_task(
+        n, L, rate, seed=s, pool=pool, modulus=modulus
+    )
+    train_clean, train_noisy = mk(n_train, length, 0.0, seed), mk(
+        n_train, length, train_rate, seed + 1
+    )
+    test_clean, test_dis = mk(n_test, length, 0.0, seed + 2), mk(
+        n_test, length, test_rate, seed + 3, "test"
+    )
     torch.manual_seed(seed)
     base = TinyCausalLM(TOY.vocab_size, d, n_layers).to(device)
-    tr = train_tif(base, None, batch_fn(train_clean, batch_size, seed), base_steps, lr=base_lr, params=list(base.parameters()),
-                   beta_gate=0, warmup=30, desc="base")
+    tr = train_tif(
+        base,
+        None,
+        batch_fn(train_clean, batch_size, seed),
+        base_steps,
+        lr=base_lr,
+        params=list(base.parameters()),
+        beta_gate=0,
+        warmup=30,
+        desc="base",
+    )
     for p in base.parameters(): p.requires_grad_(False)
     base.eval()
-    out = dict(seed=seed, acc={"base": (toy_accuracy(base, test_clean), toy_accuracy(base, test_dis))}, params={}, norms={},
-               loss={"base": tr["losses"][-1]}, gate={})
+    out = dict(
+        seed=seed,
+        acc={"base": (toy_accuracy(base, test_clean), toy_accuracy(base, test_dis))},
+        params={},
+        norms={},
+        loss={"base": tr["losses"][-1]},
+        gate={},
+    )
     n_tif = n_params(TiFController(d, m=m))
     for v in variants:
-        torch.manual_seed(seed + 7919)                                       # the same controller init for every TiF variant
+        torch.manual_seed(seed + 7919)  # the same controller init for every TiF variant
         if v in TOY_VARIANTS:
-            ctl = TiFController(d, m=m, kappa=kappa, **TOY_VARIANTS[v]).to(device); h = attach_tif(base, layer, ctl)
-            tr = train_tif(base, h, batch_fn(train_noisy, batch_size, seed + 1), steps, lr=lr, desc=v)
+            ctl = TiFController(d, m=m, kappa=kappa, **TOY_VARIANTS[v]).to(device)
+            h = attach_tif(base, layer, ctl)
+            tr = train_tif(
+                base, h, batch_fn(train_noisy, batch_size, seed + 1), steps, lr=lr, desc=v
+            )
             out["acc"][v] = (toy_accuracy(base, test_clean, h), toy_accuracy(base, test_dis, h))
             out["params"][v] = n_params(ctl)
             for name, data in (("clean", test_clean), ("distracted", test_dis)):
                 with torch.no_grad(): h.reset(); base(input_ids=data["input_ids"][:200].to(device))
                 out["gate"][(v, name)] = float(h.logs["g"].mean())
             if v != "TiF ungated":
-                out["norms"][v] = {L: state_norms(base, h, mk(n_long, hi*L, test_rate, seed + 4, "test")) for L in (1, long_factor)}
+                out["norms"][v] = {
+                    L: state_norms(base, h, mk(n_long, hi * L, test_rate, seed + 4, "test"))
+                    for L in (1, long_factor)
+                }
                 out["norms"][v]["bound"], out["norms"][v]["kappa"] = ctl.ode.bound(), ctl.kappa
             if keep: out.setdefault("controllers", {})[v] = ctl
             h.remove()
         elif v == "LoRA":
             r, cnt = lora_rank_for(base, layer, n_tif)
             lm, lp = add_lora(base, layer, r, seed=seed + 7919)
-            tr = train_tif(lm, None, batch_fn(train_noisy, batch_size, seed + 1), steps, lr=lr, params=lp, desc=v)
-            out["acc"][v], out["params"][v] = (toy_accuracy(lm, test_clean), toy_accuracy(lm, test_dis)), cnt
-        else: raise ValueError(f"unknown variant {v!r}: use {list(TOY_VARIANTS)} or 'LoRA'")
+            tr = train_tif(
+                lm,
+                None,
+                batch_fn(train_noisy, batch_size, seed + 1),
+                steps,
+                lr=lr,
+                params=lp,
+                desc=v,
+            )
+            out["acc"][v], out["params"][v] = (
+                toy_accuracy(lm, test_clean),
+                toy_accuracy(lm, test_dis),
+            ), cnt
+        else:
+            raise ValueError(f"unknown variant {v!r}: use {list(TOY_VARIANTS)} or 'LoRA'")
         out["loss"][v] = tr["losses"][-1]
     if keep: out.update(base=base, test_clean=test_clean, test_dis=test_dis)
     return out
 
 # %% ../nbs/10_tif.ipynb #2400bb3a
-def eval_word_problems(model, tok, problems:list[dict], handle:TiFHandle|None=None, max_new_tokens:int=32,
-                       batch_size:int=16)->tuple[list, list]:
+def eval_word_problems(
+    model,
+    tok,
+    problems: list[dict],
+    handle: TiFHandle | None = None,
+    max_new_tokens: int = 32,
+    batch_size: int = 16,
+) -> tuple[list, list]:
     "Per-problem correctness (1/0) on the clean and on the distracted questions."
     res = []
     for key in ("question", "question_distracted"):
-        ans = solve_word_problems(model, tok, [p[key] for p in problems], handle, max_new_tokens, batch_size)
+        ans = solve_word_problems(
+            model, tok, [p[key] for p in problems], handle, max_new_tokens, batch_size
+        )
         res.append([float(last_number(a) == p["answer"]) for a, p in zip(ans, problems)])
     return res[0], res[1]
 
-def run_lm_track(model, tok,                   # a frozen causal LM and its tokenizer (`load_causal_lm`)
-                 train:list[dict], test:list[dict], seeds:Sequence[int], layer:int, m:int=64, kappa:float=0.1,
-                 steps:int=1500, lr:float=1e-3, batch_size:int=16, max_new_tokens:int=32, time_budget:float|None=None,
-                 eval_batch:int=16)->dict:
-    "TiF and a parameter-matched LoRA on the same layer, trained per seed on the same batches; per-item correctness."
+
+def run_lm_track(
+    model,
+    tok,  # a frozen causal LM and its tokenizer (`load_causal_lm`)
+    train: list[dict],
+    test: list[dict],
+    seeds: Sequence[int],
+    layer: int,
+    m: int = 64,
+    kappa: float = 0.1,
+    steps: int = 1500,
+    lr: float = 1e-3,
+    batch_size: int = 16,
+    max_new_tokens: int = 32,
+    time_budget: float | None = None,
+    eval_batch: int = 16,
+) -> dict:
+    ("TiF and a parameter-matched LoRA on the same layer, trained per seed on the same batches; "
+     "per-item correctness.")
     for p in model.parameters(): p.requires_grad_(False)
     out = dict(base=eval_word_problems(model, tok, test, None, max_new_tokens, eval_batch), runs=[])
     d = model.get_output_embeddings().in_features
     for s in progress(seeds, desc="lm seeds"):
         torch.manual_seed(s)
-        ctl = TiFController(d, m=m, kappa=kappa).to(next(model.parameters()).device); h = attach_tif(model, layer, ctl)
+        ctl = TiFController(d, m=m, kappa=kappa).to(next(model.parameters()).device)
+        h = attach_tif(model, layer, ctl)
         bf = word_problem_batches(tok, train, batch_size, seed=s)
         tr_t = train_tif(model, h, bf, steps, lr=lr, time_budget=time_budget, desc="TiF")
         res_t = eval_word_problems(model, tok, test, h, max_new_tokens, eval_batch)
         h.remove()
         r, cnt = lora_rank_for(model, layer, n_params(ctl))
         lm, lp = add_lora(model, layer, r, seed=s)
-        tr_l = train_tif(lm, None, bf, steps, lr=lr, params=lp, time_budget=time_budget, desc="LoRA")
+        tr_l = train_tif(
+            lm, None, bf, steps, lr=lr, params=lp, time_budget=time_budget, desc="LoRA"
+        )
         res_l = eval_word_problems(lm, tok, test, None, max_new_tokens, eval_batch)
         del lm
-        out["runs"].append(dict(seed=s, tif=res_t, lora=res_l, params=(n_params(ctl), cnt), rank=r,
-                                steps=(tr_t["steps"], tr_l["steps"]), seconds=(tr_t["seconds"], tr_l["seconds"]),
-                                loss=(tr_t["losses"][-1], tr_l["losses"][-1])))
+        out["runs"].append(
+            dict(
+                seed=s,
+                tif=res_t,
+                lora=res_l,
+                params=(n_params(ctl), cnt),
+                rank=r,
+                steps=(tr_t["steps"], tr_l["steps"]),
+                seconds=(tr_t["seconds"], tr_l["seconds"]),
+                loss=(tr_t["losses"][-1], tr_l["losses"][-1]),
+            )
+        )
     return out

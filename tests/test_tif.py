@@ -276,6 +276,8 @@ def test_bad_input_is_refused(llama):
     with pytest.raises(ValueError, match="steps must be"): train_tif(llama, None, lambda i: {}, -1, params=[torch.zeros(1, requires_grad=True)])
     with pytest.raises(ValueError, match="pool must be"): make_running_sum_task(3, pool="dev")
     with pytest.raises(ValueError, match="pool must be"): make_word_problems(3, pool="dev")
+    with pytest.raises(ValueError, match="n must be a positive integer"): make_running_sum_task(-2)
+    with pytest.raises(ValueError, match="n must be a positive integer"): make_word_problems(0)
 
 
 def test_batch_size_change_without_reset_is_refused(llama):
