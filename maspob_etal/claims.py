@@ -21,8 +21,8 @@ __all__ = ['METHODS', 'RULES', 'VERDICTS', 'T_BELOW', 'EXACT_UPTO', 'ROLES', 'VE
            'project_root', 'results_dir', 'parameters_cell', 'notebook_defaults', 'current_params', 'run_name',
            'sign_flip_p', 'paired_stats', 'verdict', 'claim_holds', 'unit_slopes', 'Claim', 'library_versions',
            'cpu_times', 'provenance', 'standard_gaps', 'record', 'load_record', 'runs', 'load_results', 'ledger',
-           'claims_of', 'report_rows', 'thesis_line', 'method_plot', 'summary_plot', 'verdict_counts', 'status_summary',
-           'report_markdown', 'report']
+           'claims_of', 'report_rows', 'thesis_line', 'verdict_counts', 'status_summary', 'report_markdown', 'report',
+           'method_plot', 'summary_plot']
 
 # %% ../nbs/00c_claims.ipynb #a7f93142
 METHODS = {  # slug: (number, short title), in the order of ../shared/methods/NN_slug.md
@@ -430,6 +430,21 @@ def _decide(self:Claim):
     if not isinstance(self.holds, bool): raise TypeError(f"claim {self.id}: holds must be True or False, got {self.holds!r}")
 
 @patch(as_prop=True)
+def units_to_decide(self:Claim)->int|None:
+    "For an inconclusive claim: about how many units would decide it, were its effect and spread to stay as measured."
+    if self.verdict != "inconclusive" or self.se is None or not self.se > 0 or self.sesoi is None: return None
+    sd, e, m = self.se*math.sqrt(self.n_seeds), self.effect, self.sesoi   # per-unit spread of the paired differences
+    if self.rule == "better": gaps = [e, m - e]                 # held: lo > 0; refuted: hi < sesoi
+    elif self.rule == "not_worse": gaps = [e + m, -m - e]       # held: lo > -m; refuted: hi < -m
+    else: gaps = [m - abs(e), abs(e) - m]                       # held: inside (-m, m); refuted: outside
+    h = max(gaps)                                               # the half-width that would decide it
+    if not h > 0: return None
+    import scipy.stats
+    n = max(self.n_seeds + 1, math.ceil((1.96*sd/h)**2))         # the normal approximation, then the t quantile
+    while scipy.stats.t.ppf(0.975, n - 1)*sd/math.sqrt(n) >= h: n += 1
+    return n
+
+@patch(as_prop=True)
 def matched_by_shortcut(self:Claim)->bool|None:
     "True when the shortcut control does as well as ours (ours is not shown better than it); None without a shortcut."
     if self.shortcut_mean is None: return None
@@ -642,6 +657,8 @@ def _cell(c:dict|Claim|None)->str:
         s += f", wins {cl.wins}/{cl.n_seeds})"
     elif cl.baseline is not None: s += " (no CI)"
     if cl.sesoi is not None: s += f"; sesoi {_fmt(cl.sesoi)}"
+    if cl.units_to_decide is not None:
+        s += f"; about {cl.units_to_decide:,} {cl.unit}s would decide it at this effect and spread"
     if cl.shortcut_mean is not None:
         s += f"; shortcut *{cl.shortcut}* {_fmt(cl.shortcut_mean)}"
         if cl.shortcut_ci_low is not None: s += f" (ours − shortcut {_sfmt(cl.shortcut_effect)} [{_sfmt(cl.shortcut_ci_low)}, {_sfmt(cl.shortcut_ci_high)}])"
@@ -710,126 +727,6 @@ def thesis_line(slug:str,                   # method slug
         parts.append(f"{stem} along {knob}, {cs[0].metric}: " + "; ".join(
             f"{st} at {', '.join(str((c.regime or c.budget or {}).get('value', c.id)) for c in v)}" for st, v in groups.items()))
     return " · ".join(parts)
-
-# %% ../nbs/00c_claims.ipynb #f0ca5507
-_COLORS = {"held": "#1a7f37", "held, matched by a shortcut": "#bf8700", "refuted": "#cf222e", "inconclusive": "#6e7781",
-           "held (no sesoi)": "#7fbf8e", "not held (no sesoi)": "#e6959a", "not run": "#d0d7de"}
-_MARKERS = {"better": "o", "not_worse": "s", "equivalent": "D"}
-
-def _scaled(c:Claim)->tuple|None:
-    "(effect, low, high) divided by the sesoi, or None without a sesoi or an effect."
-    if c.sesoi is None or c.baseline is None or not c.run: return None
-    eff = c.effect if c.effect is not None else (1 if c.higher_is_better else -1)*(c.ours - c.baseline)
-    lo, hi = (c.ci_low, c.ci_high) if c.ci_low is not None else (eff, eff)
-    return eff/c.sesoi, lo/c.sesoi, hi/c.sesoi
-
-def _guides(ax):
-    ax.set_xscale("symlog", linthresh=1.0); ax.set_xlim(-60, 60)
-    ax.axvline(0, color="black", lw=0.9)
-    for x, ls in ((1, ":"), (-1, ":")): ax.axvline(x, color="#57606a", lw=0.8, ls=ls)
-    ax.set_xticks([-30, -10, -3, -1, 0, 1, 3, 10, 30], ["−30", "−10", "−3", "−1", "0", "1", "3", "10", "30"])
-
-def _row_label(c:Claim)->str:
-    "The numbers beside a row: the paired effect and its CI in the metric's units (the tables give the rest)."
-    if c.ci_low is None: return f"Δ {_sfmt((1 if c.higher_is_better else -1)*(c.ours - c.baseline))}"
-    return f"Δ {_sfmt(c.effect)} [{_sfmt(c.ci_low)}, {_sfmt(c.ci_high)}]"
-
-def _forest(ax, cl:list, scaled:bool):
-    "One row per claim on `ax`: effect / sesoi (scaled) or effect / the largest end of its CI (claims without a sesoi)."
-    for i, c in enumerate(cl):
-        y, col = -i, _COLORS[c.status]
-        if scaled: x, lo, hi = _scaled(c)
-        else:
-            eff = c.effect if c.effect is not None else (1 if c.higher_is_better else -1)*(c.ours - c.baseline)
-            lo, hi = (c.ci_low, c.ci_high) if c.ci_low is not None else (eff, eff)
-            w = max(abs(lo), abs(hi), abs(eff)) or 1.0
-            x, lo, hi = eff/w, lo/w, hi/w
-        ax.plot(np.clip([lo, hi], -59, 59), [y, y], color=col, lw=2)
-        ax.plot([np.clip(x, -59, 59)], [y], marker=_MARKERS[c.rule], color=col, ms=7)
-        ax.text(1.02, y, _row_label(c), transform=ax.get_yaxis_transform(), va="center", fontsize=8.5, color=col)
-    ax.set_yticks([-i for i in range(len(cl))], [c.id for c in cl], fontsize=9)
-    ax.set_ylim(-len(cl) + 0.4, 0.6)
-    if scaled:
-        _guides(ax)
-        ax.set_xlabel("effect / sesoi  (1: the smallest effect of interest; > 0: ours better)", fontsize=9)
-    else:
-        ax.axvline(0, color="black", lw=0.9); ax.set_xlim(-1.15, 1.15)
-        ax.set_xlabel("effect / the largest end of its CI  (no sesoi recorded; > 0: ours better)", fontsize=9)
-
-def method_plot(claims:str|Sequence[Claim],     # a method slug (its recorded run is read) or the claims of a run
-                scale:str="full",               # which default run, when `claims` is a slug
-                results:str|Path|None=None,     # ledger folder; default `results_dir()`
-               ):                               # a matplotlib Figure
-    "One method's claims: effect / sesoi with its CI per claim, and the effect along each regime or budget knob."
-    import matplotlib.pyplot as plt
-    title = f"{claims} ({scale})" if isinstance(claims, str) else "claims of this run"
-    cl = [c for c in (claims_of(claims, scale, results) if isinstance(claims, str) else claims) if c.run]
-    rows = [c for c in cl if _scaled(c) is not None]
-    old = [c for c in cl if _scaled(c) is None and c.baseline is not None]
-    curves = {}
-    for c in cl:
-        k = c.regime or c.budget
-        if k is not None and c.ci_low is not None: curves.setdefault((c.stem, k["knob"]), []).append(c)
-    curves = {k: v for k, v in curves.items() if len(v) >= 2}
-    panels = [(p, s) for p, s in ((rows, True), (old, False)) if p] or [([], True)]
-    fig = plt.figure(figsize=(7.2, 1.4 + 0.3*sum(max(len(p), 1) + 2 for p, _ in panels) + (3.0 if curves else 0)),
-                     constrained_layout=True)
-    grid = fig.add_gridspec(len(panels) + bool(curves), 1, height_ratios=[max(len(p), 1) + 2 for p, _ in panels] + ([10] if curves else []))
-    for k, (p, scaled) in enumerate(panels):
-        ax = fig.add_subplot(grid[k, 0]); _forest(ax, p, scaled)
-        if k == 0: ax.set_title(f"{title}: " + status_summary(cl), fontsize=9.5)
-    if curves:
-        gs = grid[len(panels), 0].subgridspec(1, max(2, len(curves)))   # one curve takes half the width
-        for j, ((stem, knob), pts) in enumerate(sorted(curves.items())):
-            axc = fig.add_subplot(gs[0, j])
-            vals = [(c.regime or c.budget)["value"] for c in pts]
-            numeric = all(isinstance(v, (int, float)) for v in vals)
-            order = sorted(range(len(pts)), key=lambda i: vals[i] if numeric else i)
-            xs = np.array([vals[i] if numeric else n for n, i in enumerate(order)], dtype=float); pts = [pts[i] for i in order]
-            eff, lo, hi = (np.array([getattr(c, a) for c in pts]) for a in ("effect", "ci_low", "ci_high"))
-            axc.errorbar(xs, eff, yerr=[eff - lo, hi - eff], color="#57606a", capsize=3, lw=1, zorder=1)
-            for xv, c in zip(xs, pts): axc.plot([xv], [c.effect], "o", color=_COLORS[c.status], ms=8, zorder=3)
-            if pts[0].sesoi is not None: axc.axhline(pts[0].sesoi, color="#57606a", ls=":", lw=0.8)
-            axc.axhline(0, color="black", lw=0.8)
-            if not numeric: axc.set_xticks(xs, [str((c.regime or c.budget)["value"]) for c in pts])
-            axc.set_xlabel(knob); axc.set_ylabel(f"effect ({pts[0].metric})" if j == 0 else "", fontsize=8)
-            axc.set_title(f"{stem} along {knob} (dotted: sesoi)", fontsize=9)
-    return fig
-
-def summary_plot(scale:str="full",             # which default runs
-                 results:str|Path|None=None,   # ledger folder; default `results_dir()`
-                ):                             # a matplotlib Figure
-    "Every claim that has a sesoi, on one axis: effect / sesoi with its CI, one row per method, coloured by verdict."
-    import matplotlib; import matplotlib.pyplot as plt
-    check_scale(scale)
-    d = results_dir(results)
-    per = {slug: claims_of(slug, scale, d) for slug in METHODS}
-    fig, ax = plt.subplots(figsize=(7.2, 8.4), constrained_layout=True)
-    n_old = sum(c.run and c.baseline is not None and c.sesoi is None for cl in per.values() for c in cl)
-    for r, (slug, cl) in enumerate(per.items()):
-        pts = [(c, _scaled(c)) for c in cl if _scaled(c) is not None]
-        if r % 2 == 0: ax.axhspan(-r - 0.5, -r + 0.5, color="#f6f8fa", zorder=0)
-        for j, (c, (x, lo, hi)) in enumerate(pts):
-            y = -r + (0.0 if len(pts) == 1 else 0.7*(j/(len(pts) - 1) - 0.5))
-            col = _COLORS[c.status]
-            ax.plot(np.clip([lo, hi], -59, 59), [y, y], color=col, lw=1.6, alpha=0.9)
-            ax.plot([np.clip(x, -59, 59)], [y], marker=_MARKERS[c.rule], color=col, ms=6)
-    _guides(ax)
-    ax.set_yticks([-r for r in range(len(per))], [f"{METHODS[s][0]:02d} {s}" for s in per], fontsize=9)
-    ax.set_ylim(-len(per) + 0.4, 0.6)
-    ax.set_xlabel("effect / sesoi  (0: no effect; 1: the smallest effect\nthe paper would care about; > 0: ours better)", fontsize=9)
-    counts = {}
-    for cl in per.values():
-        for c in cl:
-            if c.run and _scaled(c) is not None: counts[c.status] = counts.get(c.status, 0) + 1
-    ax.set_title(f"Claims with a sesoi, scale={scale}: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "none yet")
-                 + (f"\n({n_old} comparisons recorded before the three verdicts\nhave no sesoi and are not on this axis)" if n_old else ""),
-                 fontsize=9.5)
-    handles = [matplotlib.lines.Line2D([], [], marker="o", ls="", color=_COLORS[k], label=k) for k in
-               ("held", "held, matched by a shortcut", "refuted", "inconclusive")]
-    handles += [matplotlib.lines.Line2D([], [], marker=m, ls="", color="#57606a", mfc="white", label=f"rule {k}") for k, m in _MARKERS.items()]
-    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8.5, frameon=False)
-    return fig
 
 # %% ../nbs/00c_claims.ipynb #38f61c38
 def _runs_table(d:Path)->list[str]:
@@ -964,3 +861,123 @@ def report(results:str|Path|None=None,   # ledger folder; default `results_dir()
                                    "reproduction, every claim measured on 2 CPU cores within 80 CPU-minutes per notebook; "
                                    "`gpu` runs use the paper-sized settings on one GPU.\n\n" + report_markdown(d, figures=uris))
     return out
+
+# %% ../nbs/00c_claims.ipynb #f0ca5507
+_COLORS = {"held": "#1a7f37", "held, matched by a shortcut": "#bf8700", "refuted": "#cf222e", "inconclusive": "#6e7781",
+           "held (no sesoi)": "#7fbf8e", "not held (no sesoi)": "#e6959a", "not run": "#d0d7de"}
+_MARKERS = {"better": "o", "not_worse": "s", "equivalent": "D"}
+
+def _scaled(c:Claim)->tuple|None:
+    "(effect, low, high) divided by the sesoi, or None without a sesoi or an effect."
+    if c.sesoi is None or c.baseline is None or not c.run: return None
+    eff = c.effect if c.effect is not None else (1 if c.higher_is_better else -1)*(c.ours - c.baseline)
+    lo, hi = (c.ci_low, c.ci_high) if c.ci_low is not None else (eff, eff)
+    return eff/c.sesoi, lo/c.sesoi, hi/c.sesoi
+
+def _guides(ax):
+    ax.set_xscale("symlog", linthresh=1.0); ax.set_xlim(-60, 60)
+    ax.axvline(0, color="black", lw=0.9)
+    for x, ls in ((1, ":"), (-1, ":")): ax.axvline(x, color="#57606a", lw=0.8, ls=ls)
+    ax.set_xticks([-30, -10, -3, -1, 0, 1, 3, 10, 30], ["−30", "−10", "−3", "−1", "0", "1", "3", "10", "30"])
+
+def _row_label(c:Claim)->str:
+    "The numbers beside a row: the paired effect and its CI in the metric's units (the tables give the rest)."
+    if c.ci_low is None: return f"Δ {_sfmt((1 if c.higher_is_better else -1)*(c.ours - c.baseline))}"
+    return f"Δ {_sfmt(c.effect)} [{_sfmt(c.ci_low)}, {_sfmt(c.ci_high)}]"
+
+def _forest(ax, cl:list, scaled:bool):
+    "One row per claim on `ax`: effect / sesoi (scaled) or effect / the largest end of its CI (claims without a sesoi)."
+    for i, c in enumerate(cl):
+        y, col = -i, _COLORS[c.status]
+        if scaled: x, lo, hi = _scaled(c)
+        else:
+            eff = c.effect if c.effect is not None else (1 if c.higher_is_better else -1)*(c.ours - c.baseline)
+            lo, hi = (c.ci_low, c.ci_high) if c.ci_low is not None else (eff, eff)
+            w = max(abs(lo), abs(hi), abs(eff)) or 1.0
+            x, lo, hi = eff/w, lo/w, hi/w
+        ax.plot(np.clip([lo, hi], -59, 59), [y, y], color=col, lw=2)
+        ax.plot([np.clip(x, -59, 59)], [y], marker=_MARKERS[c.rule], color=col, ms=7)
+        ax.text(1.02, y, _row_label(c), transform=ax.get_yaxis_transform(), va="center", fontsize=8.5, color=col)
+    ax.set_yticks([-i for i in range(len(cl))], [c.id for c in cl], fontsize=9)
+    ax.set_ylim(-len(cl) + 0.4, 0.6)
+    if scaled:
+        _guides(ax)
+        ax.set_xlabel("effect / sesoi  (1: the smallest effect of interest; > 0: ours better)", fontsize=9)
+    else:
+        ax.axvline(0, color="black", lw=0.9); ax.set_xlim(-1.15, 1.15)
+        ax.set_xlabel("effect / the largest end of its CI  (no sesoi recorded; > 0: ours better)", fontsize=9)
+
+def method_plot(claims:str|Sequence[Claim],     # a method slug (its recorded run is read) or the claims of a run
+                scale:str="full",               # which default run, when `claims` is a slug
+                results:str|Path|None=None,     # ledger folder; default `results_dir()`
+               ):                               # a matplotlib Figure
+    "One method's claims: effect / sesoi with its CI per claim, and the effect along each regime or budget knob."
+    import matplotlib.pyplot as plt
+    title = f"{claims} ({scale})" if isinstance(claims, str) else "claims of this run"
+    cl = [c for c in (claims_of(claims, scale, results) if isinstance(claims, str) else claims) if c.run]
+    rows = [c for c in cl if _scaled(c) is not None]
+    old = [c for c in cl if _scaled(c) is None and c.baseline is not None]
+    curves = {}
+    for c in cl:
+        k = c.regime or c.budget
+        if k is not None and c.ci_low is not None: curves.setdefault((c.stem, k["knob"]), []).append(c)
+    curves = {k: v for k, v in curves.items() if len(v) >= 2}
+    panels = [(p, s) for p, s in ((rows, True), (old, False)) if p] or [([], True)]
+    fig = plt.figure(figsize=(7.2, 1.4 + 0.3*sum(max(len(p), 1) + 2 for p, _ in panels) + (3.0 if curves else 0)),
+                     constrained_layout=True)
+    grid = fig.add_gridspec(len(panels) + bool(curves), 1, height_ratios=[max(len(p), 1) + 2 for p, _ in panels] + ([10] if curves else []))
+    for k, (p, scaled) in enumerate(panels):
+        ax = fig.add_subplot(grid[k, 0]); _forest(ax, p, scaled)
+        if k == 0: ax.set_title(f"{title}: " + status_summary(cl), fontsize=9.5)
+    if curves:
+        gs = grid[len(panels), 0].subgridspec(1, max(2, len(curves)))   # one curve takes half the width
+        for j, ((stem, knob), pts) in enumerate(sorted(curves.items())):
+            axc = fig.add_subplot(gs[0, j])
+            vals = [(c.regime or c.budget)["value"] for c in pts]
+            numeric = all(isinstance(v, (int, float)) for v in vals)
+            order = sorted(range(len(pts)), key=lambda i: vals[i] if numeric else i)
+            xs = np.array([vals[i] if numeric else n for n, i in enumerate(order)], dtype=float); pts = [pts[i] for i in order]
+            eff, lo, hi = (np.array([getattr(c, a) for c in pts]) for a in ("effect", "ci_low", "ci_high"))
+            axc.errorbar(xs, eff, yerr=[eff - lo, hi - eff], color="#57606a", capsize=3, lw=1, zorder=1)
+            for xv, c in zip(xs, pts): axc.plot([xv], [c.effect], "o", color=_COLORS[c.status], ms=8, zorder=3)
+            if pts[0].sesoi is not None: axc.axhline(pts[0].sesoi, color="#57606a", ls=":", lw=0.8)
+            axc.axhline(0, color="black", lw=0.8)
+            if not numeric: axc.set_xticks(xs, [str((c.regime or c.budget)["value"]) for c in pts])
+            axc.set_xlabel(knob); axc.set_ylabel(f"effect ({pts[0].metric})" if j == 0 else "", fontsize=8)
+            axc.set_title(f"{stem} along {knob} (dotted: sesoi)", fontsize=9)
+    return fig
+
+def summary_plot(scale:str="full",             # which default runs
+                 results:str|Path|None=None,   # ledger folder; default `results_dir()`
+                ):                             # a matplotlib Figure
+    "Every claim that has a sesoi, on one axis: effect / sesoi with its CI, one row per method, coloured by verdict."
+    import matplotlib; import matplotlib.pyplot as plt
+    check_scale(scale)
+    d = results_dir(results)
+    per = {slug: claims_of(slug, scale, d) for slug in METHODS}
+    fig, ax = plt.subplots(figsize=(7.2, 8.4), constrained_layout=True)
+    n_old = sum(c.run and c.baseline is not None and c.sesoi is None for cl in per.values() for c in cl)
+    for r, (slug, cl) in enumerate(per.items()):
+        pts = [(c, _scaled(c)) for c in cl if _scaled(c) is not None]
+        if r % 2 == 0: ax.axhspan(-r - 0.5, -r + 0.5, color="#f6f8fa", zorder=0)
+        for j, (c, (x, lo, hi)) in enumerate(pts):
+            y = -r + (0.0 if len(pts) == 1 else 0.7*(j/(len(pts) - 1) - 0.5))
+            col = _COLORS[c.status]
+            ax.plot(np.clip([lo, hi], -59, 59), [y, y], color=col, lw=1.6, alpha=0.9)
+            ax.plot([np.clip(x, -59, 59)], [y], marker=_MARKERS[c.rule], color=col, ms=6)
+    _guides(ax)
+    ax.set_yticks([-r for r in range(len(per))], [f"{METHODS[s][0]:02d} {s}" for s in per], fontsize=9)
+    ax.set_ylim(-len(per) + 0.4, 0.6)
+    ax.set_xlabel("effect / sesoi  (0: no effect; 1: the smallest effect\nthe paper would care about; > 0: ours better)", fontsize=9)
+    counts = {}
+    for cl in per.values():
+        for c in cl:
+            if c.run and _scaled(c) is not None: counts[c.status] = counts.get(c.status, 0) + 1
+    ax.set_title(f"Claims with a sesoi, scale={scale}: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "none yet")
+                 + (f"\n({n_old} comparisons recorded before the three verdicts\nhave no sesoi and are not on this axis)" if n_old else ""),
+                 fontsize=9.5)
+    handles = [matplotlib.lines.Line2D([], [], marker="o", ls="", color=_COLORS[k], label=k) for k in
+               ("held", "held, matched by a shortcut", "refuted", "inconclusive")]
+    handles += [matplotlib.lines.Line2D([], [], marker=m, ls="", color="#57606a", mfc="white", label=f"rule {k}") for k, m in _MARKERS.items()]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8.5, frameon=False)
+    return fig

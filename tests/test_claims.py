@@ -1,4 +1,5 @@
 import json, math
+import maspob_etal.claims as claims_mod
 from pathlib import Path
 
 import numpy as np
@@ -331,3 +332,22 @@ def test_parameters_cell_reads_every_method_notebook():
             d = parameters_cell(p)
             assert d.get("scale") == "smoke" and "seed" in d, slug
 
+
+def test_units_to_decide_an_inconclusive_claim():
+    "The least n with t_{n-1} sd / sqrt(n) < h, h the half-width that puts the CI above 0 or below the sesoi (the nearer)."
+    import scipy.stats
+    def need(sd, h, n0=6):
+        n = n0 + 1
+        while scipy.stats.t.ppf(0.975, n - 1)*sd/math.sqrt(n) >= h: n += 1
+        return n
+    d = np.array([0.30, -0.10, 0.25, 0.05, -0.20, 0.15])
+    c = Claim("C1", "toy", "x", ours_values=list(1 + d), baseline_values=[1.0]*6, sesoi=0.2, sesoi_source="toy")
+    assert c.verdict == "inconclusive"
+    sd, e = d.std(ddof=1), d.mean()
+    assert c.units_to_decide == need(sd, max(e, 0.2 - e)) == 13
+    assert "would decide it" in claims_mod._cell(c)
+    held = Claim("C2", "toy", "x", ours_values=list(2 + d), baseline_values=[1.0]*6, sesoi=0.5, sesoi_source="toy")
+    assert held.verdict == "held" and held.units_to_decide is None
+    ni = Claim("C3", "toy", "x", ours_values=list(1 + d - 0.2), baseline_values=[1.0]*6, sesoi=0.3, sesoi_source="toy",
+               rule="not_worse")
+    assert ni.verdict == "inconclusive" and ni.units_to_decide == need(sd, max(e - 0.2 + 0.3, -0.3 - e + 0.2)) == 8
