@@ -17,7 +17,7 @@ from .claims import (METHODS, check_slug, load_record, notebook_name, parameters
 # %% auto #0
 __all__ = ['REPO_URL', 'NO_NOTEBOOKS', 'CLUSTER_KEYS', 'nbs_dir', 'method_notebooks', 'notebook_parameters', 'parse_param',
            'check_params', 'clean_outputs', 'save_outputs', 'run_notebook', 'thread_env', 'run_isolated',
-           'cluster_options', 'default_out', 'run', 'summary', 'list_methods', 'main']
+           'cluster_options', 'default_out', 'run', 'log_dry_runs', 'summary', 'list_methods', 'main']
 
 # %% ../nbs/00d_cli.ipynb #e017b9aa
 REPO_URL = "https://github.com/maspob-etal/maspob_etal"
@@ -321,6 +321,25 @@ def run(slugs:Sequence[str]=(),     # method slugs, e.g. ["maspob", "catq"]
             res[slug] = done(i, slug, r)
     return [res[s] for s in todo]
 
+def log_dry_runs(res:list[dict],        # the result dicts of a `run(..., dry_run=True)`
+                 path:str|Path,          # the table to update, e.g. results/gpu_dry_run.json
+                 scale:str="gpu",        # the scale that was dry-run
+                 device:str|None=None,   # the device it ran on
+                )->Path:
+    "Merge the time and peak memory of each dry run into a JSON table (one row per notebook, the latest run wins)."
+    path = Path(path)
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    rows = {r["notebook"]: r for r in doc.get("runs", [])}
+    for r in res:
+        rows[r["notebook"]] = dict(notebook=r["notebook"], ok=bool(r["ok"]), seconds=round(float(r["seconds"]), 1),
+                                   peak_mb=round(float(r.get("peak_rss_mb") or 0)), device=device or "auto",
+                                   date=time.strftime("%Y-%m-%d"))
+    note = (f"`maspob-etal run SLUG --scale {scale} --dry-run --device cpu`: the {scale} sizes with every loop capped "
+            "at one or two iterations, on a CPU of 2 cores; time and peak memory (RSS of the notebook's process tree).")
+    doc = dict(scale=scale, note=note, runs=sorted(rows.values(), key=lambda r: r["notebook"]))
+    path.parent.mkdir(parents=True, exist_ok=True); path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
 def summary(res:list[dict])->str:
     "A small text table of a `run`: notebook, run name, status, seconds."
     mem = any(r.get("peak_rss_mb") for r in res)
@@ -409,6 +428,8 @@ def main(argv:Sequence[str]|None=None)->int:
                       params=params or None, save=args.save, jobs=args.jobs, executor=args.executor, cluster=cluster,
                       dry_run=args.dry_run)
             if res: print(summary(res))
+            if res and args.dry_run:
+                print(f"dry runs: {log_dry_runs(res, default_out(args.out, args.save)/f'{args.scale}_dry_run.json', args.scale, args.device)}")
             if len(res) > 1:   # the results of every notebook, gathered into one report beside them
                 print(f"report: {report(default_out(args.out, args.save))}")
             return 1 if any(not r["ok"] for r in res) else 0

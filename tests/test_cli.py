@@ -141,6 +141,10 @@ def test_dry_run_is_injected_and_named_apart(two_ok):
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out/"maspob.gpu.dry_runTrue.json").read_text())   # never mistaken for a real gpu run
     assert doc["metrics"]["dry_run"] is True and not (out/"maspob.gpu.json").exists()
+    r = cli("run", "social_choice", "--scale", "gpu", "--dry-run", "--device", "cpu", "--out", str(out), cwd=two_ok)
+    tab = json.loads((out/"gpu_dry_run.json").read_text())              # each dry run's time and memory, merged
+    assert [x["notebook"] for x in tab["runs"]] == ["01_maspob.ipynb", "02_social_choice.ipynb"]
+    assert all(x["ok"] and x["seconds"] > 0 and x["peak_mb"] > 0 and x["device"] == "cpu" for x in tab["runs"])
 
 def test_cluster_options_from_a_file_and_flags(tmp_path):
     from maspob_etal.cli import cluster_options
