@@ -10,6 +10,8 @@ import math, os, time, warnings
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
+from .core import require
+require("gnn", "torch_geometric")
 import networkx as nx
 import numpy as np
 import torch
@@ -24,7 +26,8 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import get_laplacian, scatter, spmm, to_dense_adj
 
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")   # torch's notice, printed on every CSR build
+# torch's notice, printed on every CSR build
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
 
 from fastcore.basics import patch
 
@@ -50,49 +53,70 @@ def _check_square(A:Tensor, name:str="A"):
 def _node_mask(mask:Tensor|None, B:int, n:int, device)->Tensor:
     if mask is None: return torch.ones(B, n, dtype=torch.bool, device=device)
     mask = mask.reshape(B, -1) if mask.numel() == B*n else mask
-    if tuple(mask.shape) != (B, n): raise ValueError(f"mask must have shape ({B}, {n}) (one flag per node), got {tuple(mask.shape)}")
+    if tuple(mask.shape) != (B, n):
+        raise ValueError(
+            f"mask must have shape ({B}, {n}) (one flag per node), got {tuple(mask.shape)}"
+        )
     return mask.bool()
 
-def normalized_laplacian(A:Tensor,           # adjacency, (n, n) or (B, n, n); symmetric, non-negative; the diagonal is ignored
-                         mask:Tensor=None,   # real (not padded) nodes, (B, n) bool; None means all nodes are real
-                        )->Tensor:           # L = I - D^{-1/2} A D^{-1/2}, same shape as A; zero on padded nodes
-    "Symmetric normalized Laplacian of a batch of dense graphs (isolated nodes get $L_{uu}=1$, as in PyG)."
+def normalized_laplacian(
+    A: Tensor,  # adjacency, (n, n) or (B, n, n); symmetric, non-negative; the diagonal is ignored
+    # real (not padded) nodes, (B, n) bool; None means all nodes are real
+    mask: Tensor = None,
+    # L = I - D^{-1/2} A D^{-1/2}, same shape as A; zero on padded nodes
+) -> Tensor:
+    ("Symmetric normalized Laplacian of a batch of dense graphs (isolated nodes get $L_{uu}=1$, as"
+     " in PyG).")
     single = A.dim() == 2
     A = A[None] if single else A
     _check_square(A)
     if not torch.allclose(A, A.transpose(-1, -2)):
-        raise ValueError("A must be symmetric (an undirected graph); use A + A.transpose(-1, -2) or to_undirected first")
+        raise ValueError(
+            "A must be symmetric (an undirected graph); use A + A.transpose(-1, -2) or"
+            " to_undirected first"
+        )
     if (A < 0).any(): raise ValueError("A must have non-negative edge weights")
     B, n, _ = A.shape
     m = _node_mask(mask, B, n, A.device).to(A.dtype)
-    A = A * (1 - torch.eye(n, dtype=A.dtype, device=A.device)) * m[:, :, None] * m[:, None, :]   # no self-loops, no padding
-    deg = A.sum(-1)                                                                                 # (B, n)
-    d_isqrt = torch.where(deg > 0, deg.clamp_min(1e-30).rsqrt(), torch.zeros_like(deg))            # D^{-1/2}, 0 for isolated
-    L = torch.diag_embed(m) - d_isqrt[:, :, None] * A * d_isqrt[:, None, :]                         # (B, n, n)
+    # no self-loops, no padding
+    A = A * (1 - torch.eye(n, dtype=A.dtype, device=A.device)) * m[:, :, None] * m[:, None, :]
+    deg = A.sum(-1)  # (B, n)
+    # D^{-1/2}, 0 for isolated
+    d_isqrt = torch.where(deg > 0, deg.clamp_min(1e-30).rsqrt(), torch.zeros_like(deg))
+    L = torch.diag_embed(m) - d_isqrt[:, :, None] * A * d_isqrt[:, None, :]  # (B, n, n)
     return L[0] if single else L
 
 # %% ../nbs/08_s3gnn.ipynb #8debf8e8
-def low_eigenpairs(L:Tensor,           # Laplacians, (n, n) or (B, n, n), as from `normalized_laplacian`
+def low_eigenpairs(L:Tensor,  # Laplacians, (n, n) or (B, n, n), as from `normalized_laplacian`
                    mask:Tensor=None,   # real nodes, (B, n) bool; None means all nodes are real
-                   lam_cut:float=0.7,  # keep eigenvalues <= lam_cut (S2GNN `frequency_cutoff`, Peptides config)
+                   # keep eigenvalues <= lam_cut (S2GNN `frequency_cutoff`, Peptides config)
+                   lam_cut:float=0.7,
                    k_max:int=16,       # and at most this many per graph
-                   tol:float=1e-6,     # eigenvalues closer than this count as one repeated eigenvalue
-                  )->tuple[Tensor, Tensor, Tensor]: # lam (B, k_max), V (B, n, k_max), kmask (B, k_max); zero where masked
-    "The lowest eigenpairs of each Laplacian in a padded batch, cut at `lam_cut`, at most `k_max`, never inside an eigenspace."
-    if not 0 < lam_cut <= 2: raise ValueError(f"lam_cut must lie in (0, 2] (the spectrum of L is in [0, 2]), got {lam_cut}")
-    if int(k_max) != k_max or k_max < 1: raise ValueError(f"k_max must be a positive integer, got {k_max}")
+                   tol:float=1e-6,  # eigenvalues closer than this count as one repeated eigenvalue
+                  # lam (B, k_max), V (B, n, k_max), kmask (B, k_max); zero where masked
+                  )->tuple[Tensor, Tensor, Tensor]:
+    ("The lowest eigenpairs of each Laplacian in a padded batch, cut at `lam_cut`, at most "
+     "`k_max`, never inside an eigenspace.")
+    if not 0 < lam_cut <= 2:
+        raise ValueError(
+            f"lam_cut must lie in (0, 2] (the spectrum of L is in [0, 2]), got {lam_cut}"
+        )
+    if int(k_max) != k_max or k_max < 1:
+        raise ValueError(f"k_max must be a positive integer, got {k_max}")
     single = L.dim() == 2
     L = L[None] if single else L
     _check_square(L, "L")
     B, n, _ = L.shape
     m = _node_mask(mask, B, n, L.device)
-    L64 = L.double() + torch.diag_embed((~m).double()*3.0)              # padded nodes: eigenvalue 3 > 2, sorted last
-    lam_all, V_all = torch.linalg.eigh(L64)                              # ascending, (B, n) and (B, n, n)
+    # padded nodes: eigenvalue 3 > 2, sorted last
+    L64 = L.double() + torch.diag_embed((~m).double()*3.0)
+    lam_all, V_all = torch.linalg.eigh(L64)  # ascending, (B, n) and (B, n, n)
     n_real, k = m.sum(1), min(int(k_max), n)
     keep = (lam_all[:, :k] <= lam_cut) & (torch.arange(k, device=L.device) < n_real[:, None])
-    c = keep.sum(1)                                                      # kept per graph (a prefix: lam is sorted)
-    for b in range(B):                                                   # never split a repeated eigenvalue
-        while 0 < c[b] < n_real[b] and (lam_all[b, c[b]] - lam_all[b, c[b]-1]).abs() < tol: c[b] -= 1
+    c = keep.sum(1)  # kept per graph (a prefix: lam is sorted)
+    for b in range(B):  # never split a repeated eigenvalue
+        while 0 < c[b] < n_real[b] and (lam_all[b, c[b]] - lam_all[b, c[b] - 1]).abs() < tol:
+            c[b] -= 1
     kmask = torch.arange(k_max, device=L.device) < c[:, None]           # (B, k_max)
     lam = torch.zeros(B, k_max, dtype=L.dtype, device=L.device)
     V = torch.zeros(B, n, k_max, dtype=L.dtype, device=L.device)
@@ -107,15 +131,19 @@ def low_eigenpairs_sparse(edge_index:Tensor,      # (2, E) edges of one undirect
                           k_max:int=16,           # and at most this many
                           edge_weight:Tensor=None,# (E,) optional weights
                           tol:float=1e-6,         # repeated-eigenvalue tolerance
-                         )->tuple[Tensor, Tensor, Tensor]: # lam (k_max,), V (n, k_max), kmask (k_max,)
-    "`low_eigenpairs` for one large sparse graph, with `eigsh` (shift-invert) instead of a dense `eigh`."
+                         # lam (k_max,), V (n, k_max), kmask (k_max,)
+                         )->tuple[Tensor, Tensor, Tensor]:
+    ("`low_eigenpairs` for one large sparse graph, with `eigsh` (shift-invert) instead of a dense "
+     "`eigh`.")
     if not 0 < lam_cut <= 2: raise ValueError(f"lam_cut must lie in (0, 2], got {lam_cut}")
     n = int(num_nodes)
     if n < 3: raise ValueError(f"use low_eigenpairs for graphs of fewer than 3 nodes (got {n})")
     li, lw = get_laplacian(edge_index, edge_weight, normalization="sym", num_nodes=n)
-    Ls = coo_matrix((lw.double().cpu().numpy(), (li[0].cpu().numpy(), li[1].cpu().numpy())), shape=(n, n)).tocsc()
-    k = min(int(k_max) + 1, n - 1)                                        # one extra to detect a split eigenspace
-    vals, vecs = eigsh(Ls, k=k, sigma=-1e-2, which="LM")                  # the k eigenvalues nearest -0.01
+    Ls = coo_matrix(
+        (lw.double().cpu().numpy(), (li[0].cpu().numpy(), li[1].cpu().numpy())), shape=(n, n)
+    ).tocsc()
+    k = min(int(k_max) + 1, n - 1)  # one extra to detect a split eigenspace
+    vals, vecs = eigsh(Ls, k=k, sigma=-1e-2, which="LM")  # the k eigenvalues nearest -0.01
     order = np.argsort(vals); vals, vecs = vals[order], vecs[:, order]
     c = min(int((vals <= lam_cut).sum()), int(k_max))
     while 0 < c < len(vals) and abs(vals[c] - vals[c-1]) < tol: c -= 1
@@ -125,22 +153,29 @@ def low_eigenpairs_sparse(edge_index:Tensor,      # (2, E) edges of one undirect
 
 # %% ../nbs/08_s3gnn.ipynb #7bd1b5c9
 class SpectralTransform(BaseTransform):
-    "PyG transform: attach the lowest Laplacian eigenpairs (`eigvals`, `eigvecs`, `eig_mask`) to a graph."
+    ("PyG transform: attach the lowest Laplacian eigenpairs (`eigvals`, `eigvecs`, `eig_mask`) to "
+     "a graph.")
     def __init__(self, lam_cut:float=0.7,  # keep eigenvalues <= lam_cut
                  k_max:int=16,             # at most this many per graph
-                 dense_max:int=2000,       # graphs above this many nodes use `low_eigenpairs_sparse`
+                 dense_max:int=2000,  # graphs above this many nodes use `low_eigenpairs_sparse`
                 ):
         if not 0 < lam_cut <= 2: raise ValueError(f"lam_cut must lie in (0, 2], got {lam_cut}")
-        if int(k_max) != k_max or k_max < 1: raise ValueError(f"k_max must be a positive integer, got {k_max}")
+        if int(k_max) != k_max or k_max < 1:
+            raise ValueError(f"k_max must be a positive integer, got {k_max}")
         self.lam_cut, self.k_max, self.dense_max = lam_cut, int(k_max), dense_max
 
     def forward(self, data:Data)->Data:
-        if getattr(data, "edge_index", None) is None: raise ValueError("the graph has no edge_index")
+        if getattr(data, "edge_index", None) is None:
+            raise ValueError("the graph has no edge_index")
         n, w = data.num_nodes, getattr(data, "edge_weight", None)
         if n > self.dense_max:
             lam, V, km = low_eigenpairs_sparse(data.edge_index, n, self.lam_cut, self.k_max, w)
         else:
-            A = to_dense_adj(data.edge_index, edge_attr=w, max_num_nodes=n)[0] if data.edge_index.numel() else torch.zeros(n, n)
+            A = (
+                to_dense_adj(data.edge_index, edge_attr=w, max_num_nodes=n)[0]
+                if data.edge_index.numel()
+                else torch.zeros(n, n)
+            )
             lam, V, km = low_eigenpairs(normalized_laplacian(A), None, self.lam_cut, self.k_max)
         data.eigvals, data.eigvecs, data.eig_mask = lam.float()[None], V.float(), km[None]
         return data
@@ -151,19 +186,38 @@ def add_spectral(graphs:Sequence[Data],  # small graphs (each at most a few hund
                  lam_cut:float=0.7,      # keep eigenvalues <= lam_cut
                  k_max:int=16,           # at most this many per graph
                  chunk:int=1024,         # graphs per padded batch of eigendecompositions
-                )->list[Data]:           # the same Data objects, with eigvals / eigvecs / eig_mask set
+                )->list[Data]:  # the same Data objects, with eigvals / eigvecs / eig_mask set
     "Attach the lowest eigenpairs to many small graphs at once (batched `eigh` over padded chunks)."
     graphs = list(graphs)
     for s in range(0, len(graphs), chunk):
         part = graphs[s:s+chunk]
-        b = Batch.from_data_list([Data(edge_index=g.edge_index, num_nodes=g.num_nodes, edge_weight=getattr(g, "edge_weight", None)) for g in part])
+        b = Batch.from_data_list(
+            [
+                Data(
+                    edge_index=g.edge_index,
+                    num_nodes=g.num_nodes,
+                    edge_weight=getattr(g, "edge_weight", None),
+                )
+                for g in part
+            ]
+        )
         counts = torch.tensor([g.num_nodes for g in part])
         n_max = int(counts.max())
-        A = to_dense_adj(b.edge_index, b.batch, getattr(b, "edge_weight", None), max_num_nodes=n_max, batch_size=len(part))
+        A = to_dense_adj(
+            b.edge_index,
+            b.batch,
+            getattr(b, "edge_weight", None),
+            max_num_nodes=n_max,
+            batch_size=len(part),
+        )
         mask = torch.arange(n_max) < counts[:, None]
         lam, V, km = low_eigenpairs(normalized_laplacian(A, mask), mask, lam_cut, k_max)
         for i, g in enumerate(part):
-            g.eigvals, g.eigvecs, g.eig_mask = lam[i:i+1].float(), V[i, :g.num_nodes].float(), km[i:i+1]
+            g.eigvals, g.eigvecs, g.eig_mask = (
+                lam[i : i + 1].float(),
+                V[i, : g.num_nodes].float(),
+                km[i : i + 1],
+            )
     return graphs
 
 # %% ../nbs/08_s3gnn.ipynb #7047e3d2
@@ -180,34 +234,48 @@ def tukey_window(lam:Tensor,          # eigenvalues, any shape
                  lam_cut:float=0.7,   # the window is 0 at and above lam_cut
                  alpha:float=0.5,     # flat fraction of the window (S2GNN default)
                 )->Tensor:            # same shape as lam, values in [0, 1]
-    "One-sided Tukey (tapered cosine) window: 1 below `alpha*lam_cut`, cosine taper to 0 at `lam_cut`."
+    ("One-sided Tukey (tapered cosine) window: 1 below `alpha*lam_cut`, cosine taper to 0 at "
+     "`lam_cut`.")
     if not 0 < alpha < 1: raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
     x = lam/lam_cut
-    return torch.where(x <= alpha, torch.ones_like(x), torch.cos(torch.pi*(x - alpha)/(2 - 2*alpha)).clamp_min(0)*(x < 1))
+    return torch.where(
+        x <= alpha,
+        torch.ones_like(x),
+        torch.cos(torch.pi * (x - alpha) / (2 - 2 * alpha)).clamp_min(0) * (x < 1),
+    )
 
 class GaussianWindowFilter(nn.Module):
-    "Learned per-channel response $\\hat g_\\theta(\\lambda)$: Gaussian basis, bottleneck MLP, Tukey window."
+    ("Learned per-channel response $\\hat g_\\theta(\\lambda)$: Gaussian basis, bottleneck MLP, "
+     "Tukey window.")
     def __init__(self, d:int,               # channels
                  n_gauss:int=16,            # Gaussians m
                  lam_cut:float=0.7,         # top of the kept band
-                 bottleneck:float=0.2,      # hidden width as a fraction of d (S2GNN `basis_bottleneck`); 1 for none
+                 # hidden width as a fraction of d (S2GNN `basis_bottleneck`); 1 for none
+                 bottleneck:float=0.2,
                  window:str="tukey",        # "tukey" or "none"
                 ):
         super().__init__()
-        if window not in ("tukey", "none"): raise ValueError(f"window must be 'tukey' or 'none', got {window!r}")
+        if window not in ("tukey", "none"):
+            raise ValueError(f"window must be 'tukey' or 'none', got {window!r}")
         self.n_gauss, self.lam_cut, self.window = n_gauss, lam_cut, window
         h = max(1, int(bottleneck*d))
-        self.lin = nn.Sequential(nn.Linear(n_gauss, h, bias=False), nn.Linear(h, d)) if bottleneck < 1 else nn.Linear(n_gauss, d)
+        self.lin = (
+            nn.Sequential(nn.Linear(n_gauss, h, bias=False), nn.Linear(h, d))
+            if bottleneck < 1
+            else nn.Linear(n_gauss, d)
+        )
 
     def forward(self, lam:Tensor,           # (B, k) eigenvalues
                 kmask:Tensor=None,          # (B, k) kept eigenpairs
-                cache:dict|None=None,       # per-batch cache shared by the layers (basis and window depend on lam only)
+                # per-batch cache shared by the layers (basis and window depend on lam only)
+                cache:dict|None=None,
                )->Tensor:                   # (B, k, d) filter values, 0 where not kept
         key = ("gauss", self.n_gauss, self.lam_cut, self.window)
         if cache is None or key not in cache:
             w = tukey_window(lam, self.lam_cut) if self.window == "tukey" else torch.ones_like(lam)
             if kmask is not None: w = w*kmask
-            basis_w = (gaussian_basis(lam, self.n_gauss, self.lam_cut), w[..., None])   # (B, k, m), (B, k, 1)
+            # (B, k, m), (B, k, 1)
+            basis_w = (gaussian_basis(lam, self.n_gauss, self.lam_cut), w[..., None])
             if cache is not None: cache[key] = basis_w
         else: basis_w = cache[key]
         return self.lin(basis_w[0])*basis_w[1]
@@ -219,7 +287,9 @@ def node_positions(batch:Tensor,      # (N,) graph of each node, sorted as PyG b
     "Position of every node inside its own graph, and the largest graph size."
     counts = torch.bincount(batch, minlength=num_graphs)
     start = torch.cumsum(counts, 0) - counts
-    return torch.arange(batch.numel(), device=batch.device) - start[batch], int(counts.max()) if batch.numel() else 0
+    return torch.arange(batch.numel(), device=batch.device) - start[batch], (
+        int(counts.max()) if batch.numel() else 0
+    )
 
 def to_padded(X:Tensor, batch:Tensor, pos:Tensor, num_graphs:int, n_max:int)->Tensor:
     "Node-stacked (N, ...) to padded (B, n_max, ...), zeros on padding."
@@ -231,7 +301,7 @@ def spectral_project(V:Tensor,        # (B, n_max, k) padded eigenvectors (any f
                      pos:Tensor,      # (N,) position inside the graph (`node_positions`)
                     )->Tensor:        # (B, k, d) spectral coefficients V_g^T Z_g of each graph g
     "Graph Fourier transform onto the kept eigenvectors, per graph, in the dtype of the signal `Z`."
-    V = V.to(Z.dtype)                                                  # eigenpairs are stored in float32
+    V = V.to(Z.dtype)  # eigenpairs are stored in float32
     return V.transpose(1, 2) @ to_padded(Z, batch, pos, V.shape[0], V.shape[1])
 
 def spectral_lift(V:Tensor,           # (B, n_max, k) padded eigenvectors (any float dtype)
@@ -252,40 +322,48 @@ def sparse_matrix(index:Tensor,   # (2, E) row and column of each entry
     return M.to_sparse_csr()
 
 class GraphOps(NamedTuple):
-    "The operators of a PyG batch that every layer reuses: L - I, the GCN matrix, batch layout, kept eigenpairs."
-    lap: Tensor                 # (N, N) sparse L - I = -D^{-1/2} A D^{-1/2} (off-diagonal entries of get_laplacian)
-    gcn_adj: Tensor|None        # (N, N) sparse D~^{-1/2} (A + I) D~^{-1/2} (PyG gcn_norm), transposed for GCNConv
+    ("The operators of a PyG batch that every layer reuses: L - I, the GCN matrix, batch layout, "
+     "kept eigenpairs.")
+    lap: (
+        Tensor  # (N, N) sparse L - I = -D^{-1/2} A D^{-1/2} (off-diagonal entries of get_laplacian)
+    )
+    # (N, N) sparse D~^{-1/2} (A + I) D~^{-1/2} (PyG gcn_norm), transposed for GCNConv
+    gcn_adj: Tensor|None
     batch: Tensor               # (N,) graph of each node
     pos: Tensor                 # (N,) position of each node inside its graph
     num_graphs: int             # B
     lam: Tensor|None            # (B, k) kept eigenvalues (0 where masked)
     V: Tensor|None              # (B, n_max, k) kept eigenvectors, padded
     kmask: Tensor|None          # (B, k) kept-eigenpair mask
-    cache: dict                 # what depends on the batch only (no parameters), shared by the layers
+    cache: dict  # what depends on the batch only (no parameters), shared by the layers
 
     def as_dtype(self, dtype:torch.dtype)->GraphOps:
-        "The same operators in `dtype` (a float64 layer on eigenpairs stored in float32), built once per dtype."
+        ("The same operators in `dtype` (a float64 layer on eigenpairs stored in float32), built "
+         "once per dtype.")
         if self.lap.dtype == dtype: return self
         key = ("dtype", dtype)
         if key not in self.cache:
             f = lambda t: None if t is None else t.to(dtype)
-            self.cache[key] = self._replace(lap=f(self.lap), gcn_adj=f(self.gcn_adj), lam=f(self.lam), V=f(self.V),
-                                            cache={})
+            self.cache[key] = self._replace(
+                lap=f(self.lap), gcn_adj=f(self.gcn_adj), lam=f(self.lam), V=f(self.V), cache={}
+            )
         return self.cache[key]
 
 def _memo_key(data, spectral:bool, gcn:bool)->tuple:
-    "What the operators of `data` depend on: the flags and the identity and version of each tensor used."
+    ("What the operators of `data` depend on: the flags and the identity and version of each "
+     "tensor used.")
     names = ("edge_index", "edge_weight", "batch", "eigvals", "eigvecs", "eig_mask")
     ts = [getattr(data, k, None) for k in names]
     return (spectral, gcn) + tuple(None if t is None else (t.data_ptr(), t._version, tuple(t.shape))
                                    for t in ts)
 
-def graph_ops(data:Data|Batch,         # a PyG graph or batch; needs eigvals/eigvecs/eig_mask when spectral
+def graph_ops(data:Data|Batch,  # a PyG graph or batch; needs eigvals/eigvecs/eig_mask when spectral
               spectral:bool=True,       # False: skip the eigenpairs (models without spectral parts)
               gcn:bool=False,           # also build the GCN propagation matrix
              )->GraphOps:
-    "Collect the sparse $L-I$ (and GCN matrix), the batch layout and the kept eigenpairs of `data`, once per batch."
-    memo = data.__dict__.get("_ops_memo")          # set by `make_batches` on batches reused every epoch
+    ("Collect the sparse $L-I$ (and GCN matrix), the batch layout and the kept eigenpairs of "
+     "`data`, once per batch.")
+    memo = data.__dict__.get("_ops_memo")  # set by `make_batches` on batches reused every epoch
     key = _memo_key(data, spectral, gcn) if memo is not None else None
     if memo is not None and key in memo: return memo[key]
     N, ei = data.num_nodes, data.edge_index
@@ -295,18 +373,28 @@ def graph_ops(data:Data|Batch,         # a PyG graph or batch; needs eigvals/eig
     lap = sparse_matrix(li[:, off], lw[off], N)
     gcn_adj = None
     if gcn:
-        gi, gw = gcn_norm(ei, w, N, add_self_loops=True)                  # messages flow gi[0] -> gi[1]
-        gcn_adj = sparse_matrix(gi.flip(0), gw, N)                        # row = target, as GCNConv's adj_t
-    batch = data.batch if getattr(data, "batch", None) is not None else torch.zeros(N, dtype=torch.long, device=ei.device)
+        gi, gw = gcn_norm(ei, w, N, add_self_loops=True)  # messages flow gi[0] -> gi[1]
+        gcn_adj = sparse_matrix(gi.flip(0), gw, N)  # row = target, as GCNConv's adj_t
+    batch = (
+        data.batch
+        if getattr(data, "batch", None) is not None
+        else torch.zeros(N, dtype=torch.long, device=ei.device)
+    )
     B = int(data.num_graphs) if hasattr(data, "num_graphs") else 1
     pos, n_max = node_positions(batch, B)
     lam = V = kmask = None
     if spectral:
         if getattr(data, "eigvecs", None) is None:
-            raise ValueError("the graph has no eigenpairs: apply SpectralTransform(lam_cut, k_max) (or add_spectral) to the data first")
+            raise ValueError(
+                "the graph has no eigenpairs: apply SpectralTransform(lam_cut, k_max) (or"
+                " add_spectral) to the data first"
+            )
         lam, kmask = data.eigvals, data.eig_mask.bool()
         if data.eigvecs.shape[0] != N or lam.shape[0] != B:
-            raise ValueError(f"eigvecs must be (num_nodes={N}, k) and eigvals (num_graphs={B}, k), got {tuple(data.eigvecs.shape)} and {tuple(lam.shape)}")
+            raise ValueError(
+                f"eigvecs must be (num_nodes={N}, k) and eigvals (num_graphs={B}, k), got"
+                f" {tuple(data.eigvecs.shape)} and {tuple(lam.shape)}"
+            )
         V = to_padded(data.eigvecs, batch, pos, B, n_max)                 # (B, n_max, k)
     ops = GraphOps(lap, gcn_adj, batch, pos, B, lam, V, kmask, {})
     if memo is not None: memo[key] = ops
@@ -316,7 +404,8 @@ def graph_ops(data:Data|Batch,         # a PyG graph or batch; needs eigvals/eig
 def cheb_response(lam:Tensor,     # eigenvalues, (...)
                   phi:Tensor,     # (J+1, d) Chebyshev coefficients per channel
                  )->Tensor:       # (..., d) rho(lam) = sum_j phi_j T_j(lam - 1)
-    "Scalar response $\\rho_\\varphi(\\lambda)=\\sum_j\\varphi_j T_j(\\lambda-1)$ of the polynomial filter."
+    ("Scalar response $\\rho_\\varphi(\\lambda)=\\sum_j\\varphi_j T_j(\\lambda-1)$ of the "
+     "polynomial filter.")
     x = (lam - 1)[..., None]
     t_prev, t_cur = torch.ones_like(x), x
     out = phi[0]*t_prev
@@ -339,19 +428,24 @@ def cheb_propagate(Z:Tensor,      # (N, d) node signals
     return out
 
 class ChebComplement(nn.Module):
-    "The reintroduced high band $R(Z)=\\rho_\\varphi(L)Z - V_k(\\rho_\\varphi(\\Lambda_k)\\odot V_k^\\top Z)$ **[R]**."
+    ("The reintroduced high band $R(Z)=\\rho_\\varphi(L)Z - V_k(\\rho_\\varphi(\\Lambda_k)\\odot "
+     "V_k^\\top Z)$ **[R]**.")
     def __init__(self, d:int,     # channels
                  J:int=1,         # polynomial order (J=0: phi_0 P_perp Z)
                 ):
         super().__init__()
         if int(J) != J or J < 0: raise ValueError(f"J must be a non-negative integer, got {J}")
-        self.phi = nn.Parameter(torch.empty(J + 1, d).uniform_(-1/math.sqrt(J + 1), 1/math.sqrt(J + 1)))
+        self.phi = nn.Parameter(
+            torch.empty(J + 1, d).uniform_(-1 / math.sqrt(J + 1), 1 / math.sqrt(J + 1))
+        )
 
     def response(self, lam:Tensor, kmask:Tensor=None, cache:dict|None=None)->Tensor:
         "rho(lam), (..., d); zero where `kmask` is False."
         J, key = self.phi.shape[0] - 1, ("cheb", self.phi.shape[0])
-        if cache is None or key not in cache:                              # T_j(lam - 1), (..., J+1)
-            T = cheb_response(lam.to(self.phi.dtype), torch.eye(J + 1, dtype=self.phi.dtype, device=lam.device))
+        if cache is None or key not in cache:  # T_j(lam - 1), (..., J+1)
+            T = cheb_response(
+                lam.to(self.phi.dtype), torch.eye(J + 1, dtype=self.phi.dtype, device=lam.device)
+            )
             if kmask is not None: T = T*kmask[..., None]
             if cache is not None: cache[key] = T
         else: T = cache[key]
@@ -366,28 +460,37 @@ class ChebComplement(nn.Module):
                 Zhat:Tensor=None,        # (B, k, d) V^T Z when already computed
                )->Tensor:                # (N, d) rho(L) P_perp Z
         if Zhat is None: Zhat = spectral_project(ops.V, Z, ops.batch, ops.pos)
-        low = spectral_lift(ops.V, self.response(ops.lam, ops.kmask, ops.cache)*Zhat, ops.batch, ops.pos)
+        low = spectral_lift(
+            ops.V, self.response(ops.lam, ops.kmask, ops.cache) * Zhat, ops.batch, ops.pos
+        )
         return self.full(Z, ops) - low
 
 # %% ../nbs/08_s3gnn.ipynb #e8f94a84
 class StableLinear(nn.Module):
-    "Feature transform $H\\hat W$ with $\\hat W = W-W^\\top-\\gamma I$ (antisym), $W/\\|W\\|_2$ (specnorm) or $W$ (none)."
+    ("Feature transform $H\\hat W$ with $\\hat W = W-W^\\top-\\gamma I$ (antisym), $W/\\|W\\|_2$ "
+     "(specnorm) or $W$ (none).")
     def __init__(self, d:int,                   # channels
                  constraint:str="antisym",      # "antisym" | "specnorm" | "none"
                  gamma:float=0.1,               # damping of the antisymmetric form (A-DGN)
                 ):
         super().__init__()
         if constraint not in ("antisym", "specnorm", "none"):
-            raise ValueError(f"constraint must be 'antisym', 'specnorm' or 'none', got {constraint!r}")
+            raise ValueError(
+                f"constraint must be 'antisym', 'specnorm' or 'none', got {constraint!r}"
+            )
         if gamma < 0: raise ValueError(f"gamma must be >= 0, got {gamma}")
         self.d, self.constraint, self.gamma = d, constraint, gamma
         if constraint == "antisym":
             self.register_buffer("iu", torch.triu_indices(d, d, 1), persistent=False)
             self.register_buffer("gI", gamma*torch.eye(d), persistent=False)
-            self.w = nn.Parameter(torch.empty(d*(d - 1)//2).uniform_(-1/math.sqrt(d), 1/math.sqrt(d)))
+            self.w = nn.Parameter(
+                torch.empty(d * (d - 1) // 2).uniform_(-1 / math.sqrt(d), 1 / math.sqrt(d))
+            )
         else:
             lin = nn.Linear(d, d, bias=False)
-            self.lin = nn.utils.parametrizations.spectral_norm(lin) if constraint == "specnorm" else lin
+            self.lin = (
+                nn.utils.parametrizations.spectral_norm(lin) if constraint == "specnorm" else lin
+            )
 
     def weight(self)->Tensor:
         "The constrained (d, d) matrix."
@@ -401,7 +504,8 @@ class StableLinear(nn.Module):
 
 # %% ../nbs/08_s3gnn.ipynb #a8ae7016
 class GLU(nn.Module):
-    "S2GNN's simplified gated linear unit, $\\operatorname{silu}(HW_aW_b)\\odot H$ (`feature_transform: glu_0.05`)."
+    ("S2GNN's simplified gated linear unit, $\\operatorname{silu}(HW_aW_b)\\odot H$ "
+     "(`feature_transform: glu_0.05`).")
     def __init__(self, d:int, bottleneck:float=0.05):
         super().__init__()
         h = max(1, int(bottleneck*d))
@@ -415,9 +519,10 @@ def _choice(name, value, options):
     return value
 
 class S3Layer(nn.Module):
-    "One S3GNN layer: global low-band filter + reintroduced high band + stable ODE step (reconstructed, see switches)."
+    ("One S3GNN layer: global low-band filter + reintroduced high band + stable ODE step "
+     "(reconstructed, see switches).")
     def __init__(self, d:int,                       # channels
-                 n_gauss:int=16,                    # Gaussians of the low-band filter (S2GNN Peptides: 60)
+                 n_gauss:int=16,  # Gaussians of the low-band filter (S2GNN Peptides: 60)
                  lam_cut:float=0.7,                 # top of the kept band (S2GNN Peptides: 0.7)
                  J:int=1,                           # order of the high-band polynomial [R]
                  eps:float=0.1,                     # Euler step (A-DGN convention) [R]
@@ -429,10 +534,18 @@ class S3Layer(nn.Module):
                  local:str="none",                  # "none" | "gcn"
                  feature_transform:str="glu",       # "glu" | "linear" | "identity"
                  act:str="tanh",                    # "tanh" | "relu" | "gelu" | "identity"
-                 window:str="tukey",                # window of the low-band filter: "tukey" | "none"
+                 window:str="tukey",  # window of the low-band filter: "tukey" | "none"
                  bottleneck:float=0.2,              # filter bottleneck (S2GNN `basis_bottleneck`)
                 ):
         super().__init__()
+        for k, v in dict(d=d, n_gauss=n_gauss).items():
+            if int(v) != v or v < 1:
+                raise ValueError(f"S3Layer: {k} must be a positive integer (a number of channels or "
+                                 f"Gaussians), got {v!r}")
+        if int(J) != J or J < 0:
+            raise ValueError(f"S3Layer: J (the order of the high-band polynomial) must be an integer "
+                             f">= 0, got {J!r}")
+        if not bottleneck > 0: raise ValueError(f"S3Layer: bottleneck must be > 0, got {bottleneck!r}")
         self.d, self.eps = d, eps
         self.dynamics = _choice("dynamics", dynamics, ("ode", "residual"))
         self.complement = _choice("complement", complement, ("poly", "full", "none"))
@@ -441,10 +554,17 @@ class S3Layer(nn.Module):
         _choice("feature_transform", feature_transform, ("glu", "linear", "identity"))
         if eps <= 0: raise ValueError(f"eps (the Euler step) must be > 0, got {eps}")
         self.use_global = bool(use_global)
-        self.f = GLU(d) if feature_transform == "glu" else nn.Linear(d, d) if feature_transform == "linear" else nn.Identity()
-        self.filter = GaussianWindowFilter(d, n_gauss, lam_cut, bottleneck, window) if use_global else None
+        self.f = (
+            GLU(d)
+            if feature_transform == "glu"
+            else nn.Linear(d, d) if feature_transform == "linear" else nn.Identity()
+        )
+        self.filter = (
+            GaussianWindowFilter(d, n_gauss, lam_cut, bottleneck, window) if use_global else None
+        )
         self.comp = ChebComplement(d, J) if complement != "none" else None
-        self.gcn = GCNConv(d, d, normalize=False) if local == "gcn" else None   # graph_ops does gcn_norm once per batch
+        # graph_ops does gcn_norm once per batch
+        self.gcn = GCNConv(d, d, normalize=False) if local == "gcn" else None
         self.W = StableLinear(d, constraint, gamma) if dynamics == "ode" else None
         self.b = nn.Parameter(torch.zeros(d)) if dynamics == "ode" else None
 
@@ -460,24 +580,37 @@ def forward(self:S3Layer, H:Tensor,     # (N, d) node states
            )->Tensor:                   # (N, d) next node states
     "Apply the layer to node states `H` given the batch operators `ops`."
     if not isinstance(ops, GraphOps):
-        raise TypeError(f"S3Layer takes (H, ops) with ops = graph_ops(batch), not {type(ops).__name__}: an S3 layer needs the "
-                        "batch's eigenpairs and Laplacian, so build them once per batch (SpectralTransform on the data, then "
-                        "ops = graph_ops(batch)), or use S3GNN, which takes a PyG batch directly")
+        raise TypeError(
+            f"S3Layer takes (H, ops) with ops = graph_ops(batch), not {type(ops).__name__}: an S3"
+            " layer needs the batch's eigenpairs and Laplacian, so build them once per batch"
+            " (SpectralTransform on the data, then ops = graph_ops(batch)), or use S3GNN, which"
+            " takes a PyG batch directly"
+        )
     if H.dim() != 2 or H.shape[-1] != self.d:
-        raise ValueError(f"S3Layer expects node features of shape (N, {self.d}), got {tuple(H.shape)}")
+        raise ValueError(
+            f"S3Layer expects node features of shape (N, {self.d}), got {tuple(H.shape)}"
+        )
+    if H.shape[0] != ops.batch.numel():
+        raise ValueError(f"H has {H.shape[0]} rows but the batch given to graph_ops has "
+                         f"{ops.batch.numel()} nodes: pass one row of features per node of that batch")
     ops = ops.as_dtype(H.dtype)                                                # the layer's dtype
     Z = self.f(H)                                                              # (N, d)
     spec = 0.                                                                  # G + R, linear in Z
     if self.spectral:
         Zhat = spectral_project(ops.V, Z, ops.batch, ops.pos)                 # (B, k, d) = V^T Z
-        coef = self.filter(ops.lam, ops.kmask, ops.cache) if self.use_global else 0.            # g(Lambda), (B, k, d)
-        if self.complement == "poly": coef = coef - self.comp.response(ops.lam, ops.kmask, ops.cache)  # - rho(Lambda)
-        spec = spec + spectral_lift(ops.V, coef*Zhat, ops.batch, ops.pos)     # V ((g - rho)(Lambda) * V^T Z)
+        # g(Lambda), (B, k, d)
+        coef = self.filter(ops.lam, ops.kmask, ops.cache) if self.use_global else 0.
+        if self.complement == "poly":
+            coef = coef - self.comp.response(ops.lam, ops.kmask, ops.cache)  # - rho(Lambda)
+        # V ((g - rho)(Lambda) * V^T Z)
+        spec = spec + spectral_lift(ops.V, coef*Zhat, ops.batch, ops.pos)
     if self.comp is not None: spec = spec + self.comp.full(Z, ops)            # + rho(L) Z
-    loc = self.gcn(H, ops.gcn_adj) if self.gcn is not None else 0.            # GCN(H), matrix built once per batch
-    if self.dynamics == "ode":                                                 # H + eps sigma(H W + local + G + R + b)
+    # GCN(H), matrix built once per batch
+    loc = self.gcn(H, ops.gcn_adj) if self.gcn is not None else 0.
+    if self.dynamics == "ode":  # H + eps sigma(H W + local + G + R + b)
         return H + self.eps*self.act(self.W(H) + loc + spec + self.b)
-    return H + (self.act(loc) if self.gcn is not None else 0.) + spec        # S2GNN: H + sigma(spatial) + spectral
+    # S2GNN: H + sigma(spatial) + spectral
+    return H + (self.act(loc) if self.gcn is not None else 0.) + spec
 
 # %% ../nbs/08_s3gnn.ipynb #a1f3c7d2
 def _batch_of(data, N:int, device)->Tensor:
@@ -491,16 +624,18 @@ def _log_sizes(batch:Tensor, num_graphs:int, dtype)->Tensor:
 def random_walk_pe(A:Tensor,          # adjacency, (n, n) or (B, n, n), symmetric and non-negative
                    mask:Tensor=None,  # real nodes, (B, n) bool; None means all nodes are real
                    steps:int=16,      # walk lengths t = 1..steps
-                  )->Tensor:          # (n, steps) or (B, n, steps) return probabilities; 0 on padded nodes
-    "RWSE: the return probabilities $[(D^{-1}A)^t]_{uu}$, $t=1..T$, of every node (isolated nodes: 0)."
-    if int(steps) != steps or steps < 1: raise ValueError(f"steps must be a positive integer, got {steps}")
+                  )->Tensor:  # (n, steps) or (B, n, steps) return probabilities; 0 on padded nodes
+    ("RWSE: the return probabilities $[(D^{-1}A)^t]_{uu}$, $t=1..T$, of every node (isolated "
+     "nodes: 0).")
+    if int(steps) != steps or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps}")
     single = A.dim() == 2
     A = A[None] if single else A
     _check_square(A)
     B, n, _ = A.shape
     m = _node_mask(mask, B, n, A.device).to(A.dtype)
     A = A*m[:, :, None]*m[:, None, :]
-    P = A/A.sum(-1, keepdim=True).clamp_min(1.0)                         # D^{-1} A; isolated nodes: 0
+    P = A/A.sum(-1, keepdim=True).clamp_min(1.0)  # D^{-1} A; isolated nodes: 0
     out, Pt = [], P
     for t in range(int(steps)):
         if t: Pt = Pt @ P                                                 # (D^{-1} A)^t
@@ -516,7 +651,9 @@ def add_rwse(graphs:Sequence[Data],   # small graphs
     graphs = list(graphs)
     for s in range(0, len(graphs), chunk):
         part = graphs[s:s+chunk]
-        b = Batch.from_data_list([Data(edge_index=g.edge_index, num_nodes=g.num_nodes) for g in part])
+        b = Batch.from_data_list(
+            [Data(edge_index=g.edge_index, num_nodes=g.num_nodes) for g in part]
+        )
         counts = torch.tensor([g.num_nodes for g in part]); n_max = int(counts.max())
         A = to_dense_adj(b.edge_index, b.batch, max_num_nodes=n_max, batch_size=len(part))
         pe = random_walk_pe(A, torch.arange(n_max) < counts[:, None], steps)
@@ -524,7 +661,8 @@ def add_rwse(graphs:Sequence[Data],   # small graphs
     return graphs
 
 class PositionalEncoding(nn.Module):
-    "LapPE (kept eigenvectors, random signs in training, and their eigenvalues) or RWSE, linearly to `d` channels."
+    ("LapPE (kept eigenvectors, random signs in training, and their eigenvalues) or RWSE, linearly"
+     " to `d` channels.")
     def __init__(self, kind:str,      # "lap" or "rwse"
                  d:int,               # output channels
                  k_max:int=8,         # eigenpairs per graph (LapPE)
@@ -534,7 +672,8 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.kind, self.k_max, self.steps = _choice("pe", kind, ("lap", "rwse")), k_max, steps
         self.lin = nn.Linear(2*k_max if kind == "lap" else steps, d)
-        self.gen = torch.Generator().manual_seed(seed)    # its own stream: the same flips whatever ran before
+        # its own stream: the same flips whatever ran before
+        self.gen = torch.Generator().manual_seed(seed)
 
     def forward(self, data:Data|Batch)->Tensor:
         "(N, d) encoding of every node."
@@ -550,14 +689,15 @@ class PositionalEncoding(nn.Module):
                              f"apply add_spectral(graphs, lam_cut, {self.k_max}) first")
         batch = _batch_of(data, V.shape[0], V.device)
         lam = data.eigvals*data.eig_mask                                  # (B, k)
-        if self.training:                                       # random sign per graph and eigenvector
+        if self.training:  # random sign per graph and eigenvector
             s = torch.randint(0, 2, lam.shape, generator=self.gen).to(V.device, V.dtype)*2 - 1
             V = V*s[batch]
         return self.lin(torch.cat([V, lam[batch]], -1).to(self.lin.weight.dtype))
 
 # %% ../nbs/08_s3gnn.ipynb #1cfad332
 class Readout(nn.Module):
-    "Node head (MLP per node) or graph head (MLP on mean and max pooling), optionally told $\\log n$."
+    ("Node head (MLP per node) or graph head (MLP on mean and max pooling), optionally told $\\log"
+     " n$.")
     def __init__(self, d:int, d_out:int, level:str="graph",
                  size:bool=True,   # append log n (graph size) to what the MLP sees
                 ):
@@ -566,12 +706,17 @@ class Readout(nn.Module):
         d_head = (2*d if level == "graph" else d) + self.size
         self.mlp = nn.Sequential(nn.Linear(d_head, d), nn.GELU(), nn.Linear(d, d_out))
     def forward(self, H:Tensor, batch:Tensor, num_graphs:int)->Tensor:
-        if self.level == "node": z = H
-        else: z = torch.cat([scatter(H, batch, 0, num_graphs, "mean"), scatter(H, batch, 0, num_graphs, "max")], -1)
+        if self.level == "node":
+            z = H
+        else:
+            z = torch.cat(
+                [scatter(H, batch, 0, num_graphs, "mean"), scatter(H, batch, 0, num_graphs, "max")],
+                -1,
+            )
         if self.size:
             log_n = _log_sizes(batch, num_graphs, H.dtype)                                 # (B, 1)
             z = torch.cat([z, log_n[batch] if self.level == "node" else log_n], -1)
-        return self.mlp(z)                                                             # (N or B, d_out)
+        return self.mlp(z)  # (N or B, d_out)
 
 
 class S3GNN(nn.Module):
@@ -586,18 +731,25 @@ class S3GNN(nn.Module):
                  **layer_kw,                   # passed to `S3Layer`
                 ):
         super().__init__()
-        if n_layers < 1 or d < 1 or d_in < 1 or d_out < 1: raise ValueError("d_in, d, d_out and n_layers must be positive")
+        if n_layers < 1 or d < 1 or d_in < 1 or d_out < 1:
+            raise ValueError("d_in, d, d_out and n_layers must be positive")
         self.d_in, self.d, self.n_layers = d_in, d, n_layers
         self.encoder = nn.Linear(d_in, d)
-        layers = [S3Layer(d, **layer_kw)]*n_layers if share_weights else [S3Layer(d, **layer_kw) for _ in range(n_layers)]
+        layers = (
+            [S3Layer(d, **layer_kw)] * n_layers
+            if share_weights
+            else [S3Layer(d, **layer_kw) for _ in range(n_layers)]
+        )
         self.layers = nn.ModuleList(layers)
         self.readout = Readout(d, d_out, level, readout_size)
 
     def _check(self, data):
         x = getattr(data, "x", None)
         if x is None or x.dim() != 2 or x.shape[-1] != self.d_in:
-            raise ValueError(f"{type(self).__name__} was built for node features of width d_in={self.d_in}; "
-                             f"got x of shape {None if x is None else tuple(x.shape)}")
+            raise ValueError(
+                f"{type(self).__name__} was built for node features of width d_in={self.d_in}; "
+                f"got x of shape {None if x is None else tuple(x.shape)}"
+            )
 
     def node_states(self, data:Data|Batch)->Tensor:
         "Final node states $H^{(L)}$, (N, d), in the model's dtype."
@@ -610,25 +762,55 @@ class S3GNN(nn.Module):
     def forward(self, data:Data|Batch)->Tensor:
         "Predictions, (B, d_out) for graph level or (N, d_out) for node level."
         H = self.node_states(data)
-        return self.readout(H, _batch_of(data, H.shape[0], H.device), int(getattr(data, "num_graphs", 1)))
+        return self.readout(
+            H, _batch_of(data, H.shape[0], H.device), int(getattr(data, "num_graphs", 1))
+        )
 
 class S2GNNBaseline(S3GNN):
-    "S2GNN-style model: residual GCN branch plus the truncated low-band filter, no high band, no ODE."
-    def __init__(self, d_in, d=64, d_out=1, n_layers=6, level="graph", readout_size=True, **layer_kw):
-        kw = dict(dynamics="residual", constraint="none", use_global=True, complement="none", local="gcn", act="gelu") | layer_kw
+    ("S2GNN-style model: residual GCN branch plus the truncated low-band filter, no high band, no "
+     "ODE.")
+    def __init__(self, d_in, d=64, d_out=1, n_layers=6, level="graph", readout_size=True,
+                 norm:str="none",  # "layer": a LayerNorm after every layer (deep stacks need it)
+                 **layer_kw):
+        kw = dict(dynamics="residual", constraint="none", use_global=True, complement="none",
+                  local="gcn", act="gelu") | layer_kw
         super().__init__(d_in, d, d_out, n_layers, level, readout_size=readout_size, **kw)
+        _choice("norm", norm, ("none", "layer"))   # without it, H + gelu(GCN) + G grows geometrically
+        self.norms = nn.ModuleList([nn.LayerNorm(d) for _ in range(n_layers)]) if norm == "layer" else None
+
+    def node_states(self, data:Data|Batch)->Tensor:
+        "Final node states, (N, d); with `norm=\"layer\"` each layer's output is layer-normalised."
+        if self.norms is None: return super().node_states(data)
+        self._check(data)
+        ops = graph_ops(data, spectral=True, gcn=True)
+        H = self.encoder(data.x.to(self.encoder.weight.dtype))
+        for layer, norm in zip(self.layers, self.norms): H = norm(layer(H, ops))
+        return H
 
 class ADGNBaseline(S3GNN):
     "A-DGN: antisymmetric ODE step with a GCN aggregation, no spectral parts."
-    def __init__(self, d_in, d=64, d_out=1, n_layers=6, level="graph", readout_size=True, **layer_kw):
-        kw = dict(dynamics="ode", constraint="antisym", use_global=False, complement="none", local="gcn", act="tanh") | layer_kw
+    def __init__(
+        self, d_in, d=64, d_out=1, n_layers=6, level="graph", readout_size=True, **layer_kw
+    ):
+        kw = (
+            dict(
+                dynamics="ode",
+                constraint="antisym",
+                use_global=False,
+                complement="none",
+                local="gcn",
+                act="tanh",
+            )
+            | layer_kw
+        )
         super().__init__(d_in, d, d_out, n_layers, level, readout_size=readout_size, **kw)
 
 class GCNBaseline(nn.Module):
-    "Residual GCN of PyG `GCNConv`s: $H + \\mathrm{relu}(\\mathrm{GCNConv}(H))$ per layer; optional LapPE or RWSE."
+    ("Residual GCN of PyG `GCNConv`s: $H + \\mathrm{relu}(\\mathrm{GCNConv}(H))$ per layer; "
+     "optional LapPE or RWSE.")
     def __init__(self, d_in:int, d:int=64, d_out:int=1, n_layers:int=6, level:str="graph",
                  readout_size:bool=True,   # the readout also sees log n
-                 pe:str="none",            # positional encoding added to H^0: "none" | "lap" | "rwse"
+                 pe:str="none",  # positional encoding added to H^0: "none" | "lap" | "rwse"
                  k_max:int=8,              # eigenpairs per graph (LapPE)
                  rwse_steps:int=16,        # walk lengths (RWSE)
                  pe_seed:int=0,            # seed of LapPE's sign flips
@@ -638,21 +820,24 @@ class GCNBaseline(nn.Module):
         self.encoder = nn.Linear(d_in, d)
         _choice("pe", pe, ("none", "lap", "rwse"))
         self.pe = None if pe == "none" else PositionalEncoding(pe, d, k_max, rwse_steps, pe_seed)
-        self.convs = nn.ModuleList([GCNConv(d, d, normalize=False) for _ in range(n_layers)])   # normalised once per batch
+        # normalised once per batch
+        self.convs = nn.ModuleList([GCNConv(d, d, normalize=False) for _ in range(n_layers)])
         self.readout = Readout(d, d_out, level, readout_size)
     _check = S3GNN._check
     def node_states(self, data:Data|Batch)->Tensor:
         "Final node states, (N, d)."
         self._check(data)
         H = self.encoder(data.x.to(self.encoder.weight.dtype))
-        if self.pe is not None: H = H + self.pe(data)                              # H^0 = X W_in + PE
-        adj = graph_ops(data, spectral=False, gcn=True).gcn_adj.to(H.dtype)        # normalised once per batch
+        if self.pe is not None: H = H + self.pe(data)  # H^0 = X W_in + PE
+        # normalised once per batch
+        adj = graph_ops(data, spectral=False, gcn=True).gcn_adj.to(H.dtype)
         for conv in self.convs: H = H + F.relu(conv(H, adj))
         return H
     forward = S3GNN.forward
 
 class EigenMLP(nn.Module):
-    "Shortcut control: a two-layer MLP on the kept eigenvalues (and their mask) and $\\log n$; no node features."
+    ("Shortcut control: a two-layer MLP on the kept eigenvalues (and their mask) and $\\log n$; no"
+     " node features.")
     def __init__(self, k_max:int=8,     # eigenpairs per graph, as stored on the data
                  d:int=64,              # hidden width
                  d_out:int=1,           # outputs per graph
@@ -691,17 +876,23 @@ def hop_distances(edge_index:Tensor,   # (2, E)
 def jacobian_sensitivity(model:nn.Module,      # a model with `node_states(data)` (all models here)
                          data:Data,            # one graph, with eigenpairs if the model is spectral
                          target_node:int=0,    # the node u whose final state is differentiated
-                         by_distance:bool=True,# True: {hop r: S(u, r)}; False: per-node sensitivities (n,)
+                         # True: {hop r: S(u, r)}; False: per-node sensitivities (n,)
+                         by_distance:bool=True,
                         )->dict[int, float]|Tensor:
-    "Mean $|\\partial h_u/\\partial x_v|$ for every node $v$, optionally averaged by hop distance from $u$."
-    if not hasattr(model, "node_states"): raise TypeError("model must define node_states(data) -> (N, d)")
+    ("Mean $|\\partial h_u/\\partial x_v|$ for every node $v$, optionally averaged by hop distance"
+     " from $u$.")
+    if not hasattr(model, "node_states"):
+        raise TypeError("model must define node_states(data) -> (N, d)")
     n = data.num_nodes
-    if not 0 <= target_node < n: raise ValueError(f"target_node must be in [0, {n}), got {target_node}")
+    if not 0 <= target_node < n:
+        raise ValueError(f"target_node must be in [0, {n}), got {target_node}")
     was_training = model.training; model.eval()
     x = data.x.detach().float().clone().requires_grad_(True)
     g = data.clone(); g.x = x
     h_u = model.node_states(g)[target_node]                                       # (d,)
-    J = torch.stack([torch.autograd.grad(h_u[a], x, retain_graph=a < len(h_u) - 1)[0] for a in range(len(h_u))])  # (d, n, d_in)
+    J = torch.stack(
+        [torch.autograd.grad(h_u[a], x, retain_graph=a < len(h_u) - 1)[0] for a in range(len(h_u))]
+    )  # (d, n, d_in)
     model.train(was_training)
     sens = J.abs().mean((0, 2)).detach().cpu()                                      # (n,)
     if not by_distance: return sens
@@ -709,11 +900,23 @@ def jacobian_sensitivity(model:nn.Module,      # a model with `node_states(data)
     return {int(r): float(sens[dist == r].mean()) for r in np.unique(dist) if r >= 0}
 
 # %% ../nbs/08_s3gnn.ipynb #01823026
-GRAPH_FAMILIES = ("erdos_renyi", "barabasi_albert", "grid", "caveman", "tree", "ladder", "line", "star", "caterpillar", "lobster")
+GRAPH_FAMILIES = (
+    "erdos_renyi",
+    "barabasi_albert",
+    "grid",
+    "caveman",
+    "tree",
+    "ladder",
+    "line",
+    "star",
+    "caterpillar",
+    "lobster",
+)
 TASKS = ("diameter", "eccentricity", "sssp")
 
 def _attach(spine:list[int], n:int, rng:np.random.Generator, G:nx.Graph, levels:int)->nx.Graph:
-    "Hang nodes on `spine` (levels=1: caterpillar) or on spine and first-level leaves (levels=2: lobster) until n nodes."
+    ("Hang nodes on `spine` (levels=1: caterpillar) or on spine and first-level leaves (levels=2: "
+     "lobster) until n nodes.")
     hosts = list(spine)
     while G.number_of_nodes() < n:
         v = G.number_of_nodes(); u = hosts[rng.integers(len(hosts))]
@@ -722,7 +925,7 @@ def _attach(spine:list[int], n:int, rng:np.random.Generator, G:nx.Graph, levels:
     return G
 
 def random_graph(family:str,             # one of GRAPH_FAMILIES
-                 n:int,                  # target number of nodes (grid, ladder and caveman round down)
+                 n:int,  # target number of nodes (grid, ladder and caveman round down)
                  rng:np.random.Generator,# randomness
                 )->nx.Graph:             # a connected graph on nodes 0..n'-1
     "One random connected graph of the given family with about `n` nodes."
@@ -731,12 +934,15 @@ def random_graph(family:str,             # one of GRAPH_FAMILIES
         while True:
             G = nx.gnp_random_graph(n, rng.uniform(0.1, 0.25), seed=int(rng.integers(2**31)))
             if nx.is_connected(G): return G
-    if f == "barabasi_albert": return nx.barabasi_albert_graph(n, int(rng.integers(1, 4)), seed=int(rng.integers(2**31)))
+    if f == "barabasi_albert":
+        return nx.barabasi_albert_graph(n, int(rng.integers(1, 4)), seed=int(rng.integers(2**31)))
     if f == "grid":
-        a = int(rng.integers(2, int(math.sqrt(n)) + 1)); return nx.convert_node_labels_to_integers(nx.grid_2d_graph(a, n//a))
+        a = int(rng.integers(2, int(math.sqrt(n)) + 1))
+        return nx.convert_node_labels_to_integers(nx.grid_2d_graph(a, n // a))
     if f == "caveman":
         k = int(rng.integers(3, 7)); return nx.connected_caveman_graph(n//k, k)
-    if f == "tree": return nx.from_prufer_sequence(rng.integers(0, n, n - 2).tolist())   # uniform random labelled tree
+    # uniform random labelled tree
+    if f == "tree": return nx.from_prufer_sequence(rng.integers(0, n, n - 2).tolist())
     if f == "ladder": return nx.ladder_graph(n//2)
     if f == "line": return nx.path_graph(n)
     if f == "star": return nx.star_graph(n - 1)
@@ -744,29 +950,38 @@ def random_graph(family:str,             # one of GRAPH_FAMILIES
     return _attach(list(range(spine)), n, rng, nx.path_graph(spine), 1 if f == "caterpillar" else 2)
 
 def all_pairs_hops(G:nx.Graph)->np.ndarray:
-    "All-pairs hop distances of a connected graph, (n, n) ints (scipy's BFS, far faster than networkx)."
+    ("All-pairs hop distances of a connected graph, (n, n) ints (scipy's BFS, far faster than "
+     "networkx).")
     A = nx.to_scipy_sparse_array(G, nodelist=range(G.number_of_nodes()), format="csr")
     return shortest_path(A, directed=False, unweighted=True).astype(int)
 
 def make_graph_property_dataset(n_graphs:int,         # number of graphs
-                                task:str|Sequence[str]="diameter", # "diameter" | "eccentricity" | "sssp", or several
+                                # "diameter" | "eccentricity" | "sssp", or several
+                                task:str|Sequence[str]="diameter",
                                 n_min:int=25,         # smallest graph
                                 n_max:int=35,         # largest graph
                                 seed:int=0,           # same seed, same graphs for every task
                                 families:Sequence[str]=GRAPH_FAMILIES, # families drawn uniformly
-                               )->list[Data]|dict[str, list[Data]]: # PyG graphs with x, edge_index, y, family (a dict per task if several)
-    "GraphProperty graphs and targets: diameter (graph level), eccentricity or SSSP length (node level)."
+                               # PyG graphs with x, edge_index, y, family (a dict per task if
+                               # several)
+                               )->list[Data]|dict[str, list[Data]]:
+    ("GraphProperty graphs and targets: diameter (graph level), eccentricity or SSSP length (node "
+     "level).")
     tasks = [task] if isinstance(task, str) else list(task)
     for t in tasks: _choice("task", t, TASKS)
-    if not 3 <= n_min <= n_max: raise ValueError(f"need 3 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
-    rng, rng_src = np.random.default_rng(seed), np.random.default_rng([seed, 1])   # sources do not change the graphs
+    if not 3 <= n_min <= n_max:
+        raise ValueError(f"need 3 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+    # sources do not change the graphs
+    rng, rng_src = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     out = {t: [] for t in tasks}
     for i in range(n_graphs):
         fam = families[int(rng.integers(len(families)))]
         G = random_graph(fam, int(rng.integers(n_min, n_max + 1)), rng)
-        perm = rng.permutation(G.number_of_nodes())                                 # random node order
-        G = nx.convert_node_labels_to_integers(nx.relabel_nodes(G, dict(enumerate(perm.tolist()))), ordering="sorted")
-        n, D = G.number_of_nodes(), all_pairs_hops(G)                               # D: (n, n) hop distances
+        perm = rng.permutation(G.number_of_nodes())  # random node order
+        G = nx.convert_node_labels_to_integers(
+            nx.relabel_nodes(G, dict(enumerate(perm.tolist()))), ordering="sorted"
+        )
+        n, D = G.number_of_nodes(), all_pairs_hops(G)  # D: (n, n) hop distances
         x = torch.from_numpy(rng.uniform(0, 1, (n, 1))).float()
         src = int(rng_src.integers(n))
         ei = torch.tensor(list(G.edges), dtype=torch.long).T.reshape(2, -1)
@@ -774,7 +989,9 @@ def make_graph_property_dataset(n_graphs:int,         # number of graphs
         for t in tasks:
             if t == "diameter": xt, y = x, torch.tensor([[float(D.max())]])
             elif t == "eccentricity": xt, y = x, torch.from_numpy(D.max(1)).float()[:, None]
-            else: xt, y = torch.cat([x, (torch.arange(n) == src).float()[:, None]], 1), torch.from_numpy(D[src]).float()[:, None]
+            else:
+                xt = torch.cat([x, (torch.arange(n) == src).float()[:, None]], 1)
+                y = torch.from_numpy(D[src]).float()[:, None]
             out[t].append(Data(x=xt, edge_index=ei, y=y, num_nodes=n, family=fam))
     return out[task] if isinstance(task, str) else out
 
@@ -784,59 +1001,114 @@ def make_ring_transfer(n_graphs:int,        # number of graphs
                        n_classes:int=5,     # label classes
                        topology:str="ring", # "ring" (distance n//2) or "path" (distance n-1)
                        seed:int=0,          # randomness of labels and node order
-                      )->list[Data]:        # x (n, n_classes+1), y (n,) long, y_mask (n,) bool at the target
+                      # x (n, n_classes+1), y (n,) long, y_mask (n,) bool at the target
+                      )->list[Data]:
     "Label-transfer task: predict, at the target node, the class stored on a node far away."
     _choice("topology", topology, ("ring", "path"))
-    if n_nodes < 3 or n_classes < 2: raise ValueError(f"need n_nodes >= 3 and n_classes >= 2, got {n_nodes}, {n_classes}")
+    if n_nodes < 3 or n_classes < 2:
+        raise ValueError(f"need n_nodes >= 3 and n_classes >= 2, got {n_nodes}, {n_classes}")
     rng, out = np.random.default_rng(seed), []
     G = nx.cycle_graph(n_nodes) if topology == "ring" else nx.path_graph(n_nodes)
     far = n_nodes//2 if topology == "ring" else n_nodes - 1
     for _ in range(n_graphs):
-        perm = torch.from_numpy(rng.permutation(n_nodes))                 # node i of the ring is node perm[i] here
+        perm = torch.from_numpy(rng.permutation(n_nodes))  # node i of the ring is node perm[i] here
         src, tgt, c = int(perm[0]), int(perm[far]), int(rng.integers(n_classes))
         x = torch.zeros(n_nodes, n_classes + 1); x[src, c] = 1; x[tgt, -1] = 1
         ei = perm[torch.tensor(list(G.edges), dtype=torch.long).T]
         y = torch.full((n_nodes,), c, dtype=torch.long)
-        out.append(Data(x=x, edge_index=torch.cat([ei, ei.flip(0)], 1), y=y, y_mask=torch.arange(n_nodes) == tgt, num_nodes=n_nodes))
+        out.append(
+            Data(
+                x=x,
+                edge_index=torch.cat([ei, ei.flip(0)], 1),
+                y=y,
+                y_mask=torch.arange(n_nodes) == tgt,
+                num_nodes=n_nodes,
+            )
+        )
     return out
 
 # %% ../nbs/08_s3gnn.ipynb #2b8378c4
-def load_graph_dataset(data_dir:str|Path,   # a .pt file of graphs, or a folder holding an LRGB dataset
-                       name:str|None=None,  # LRGB name (e.g. "peptides-struct") when data_dir is a folder
-                       split:str="train",   # "train" | "val" | "test"
-                      )->Sequence[Data]:    # the graphs of that split
-    "Load graphs from disk (a `.pt` list of PyG `Data`, or an LRGB folder), without any download."
+def _pyg_safe_globals()->list:
+    "The PyG classes a saved list of `Data` consists of (a saved `Batch` needs a call: save its graphs)."
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
+    return [Data, Batch, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage, EdgeStorage]
+
+def _load_graphs_pt(p:Path):
+    "`torch.load` with `weights_only=True` and PyG's graph classes allowed; anything else is refused."
+    import pickle
+    try:
+        with torch.serialization.safe_globals(_pyg_safe_globals()):
+            return torch.load(p, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+        why = next((l for l in lines if "Unsupported global" in l or "Trying to call" in l), "")
+        raise ValueError(
+            f"{p} holds objects other than PyG graphs and tensors, so it is not loaded (unpickling "
+            f"them could run code). {why} Save plain graphs instead: torch.save(list_of_Data, "
+            f"path) or torch.save({{'train': [...], 'val': [...], 'test': [...]}}, path); for a Batch, save "
+            f"batch.to_data_list()") from None
+
+def load_graph_dataset(
+    data_dir: str | Path,  # a .pt file of graphs, or a folder holding an LRGB dataset
+    # LRGB name (e.g. "peptides-struct") when data_dir is a folder
+    name: str | None = None,
+    split: str = "train",  # "train" | "val" | "test"
+) -> Sequence[Data]:  # the graphs of that split
+    ("Load graphs from disk (a `.pt` list of PyG `Data`, or an LRGB folder), without any download; "
+     "a `.pt` file is read with `weights_only=True`: nothing in it can run code.")
     p = Path(data_dir)
-    if not p.exists(): raise FileNotFoundError(f"data_dir {str(p)!r} does not exist: pass a .pt file of PyG graphs or an LRGB folder")
+    if not p.exists():
+        raise FileNotFoundError(
+            f"data_dir {str(p)!r} does not exist: pass a .pt file of PyG graphs or an LRGB folder"
+        )
     if p.is_file():
-        obj = torch.load(p, weights_only=False)
+        obj = _load_graphs_pt(p)
         if isinstance(obj, dict):
             if split not in obj: raise KeyError(f"{p} holds splits {sorted(obj)}, not {split!r}")
             obj = obj[split]
         if not isinstance(obj, (list, tuple)) or not all(isinstance(d, Data) for d in obj):
-            raise ValueError(f"{p} must hold a list of torch_geometric.data.Data (or a dict of such lists per split)")
+            raise ValueError(
+                f"{p} must hold a list of torch_geometric.data.Data (or a dict of such lists per"
+                " split)"
+            )
         return list(obj)
     from torch_geometric.datasets import LRGBDataset
     if name is None or name not in LRGBDataset.names:
-        raise ValueError(f"for a folder, name must be one of the LRGB datasets {LRGBDataset.names}, got {name!r}")
+        raise ValueError(
+            f"for a folder, name must be one of the LRGB datasets {LRGBDataset.names}, got {name!r}"
+        )
     raw = p/name/"raw"
-    files = ["train.pickle", "val.pickle", "test.pickle"] if name.endswith("-sp") else ["train.pt", "val.pt", "test.pt"]
+    files = (
+        ["train.pickle", "val.pickle", "test.pickle"]
+        if name.endswith("-sp")
+        else ["train.pt", "val.pt", "test.pt"]
+    )
     missing = [f for f in files if not (raw/f).exists()]
-    if missing: raise FileNotFoundError(f"LRGB {name}: expected {', '.join(str(raw/f) for f in missing)} (download them elsewhere; nothing is fetched here)")
+    if missing:
+        raise FileNotFoundError(
+            f"LRGB {name}: expected {', '.join(str(raw/f) for f in missing)} (download them"
+            " elsewhere; nothing is fetched here)"
+        )
     return LRGBDataset(str(p), name, split=split)
 
 # %% ../nbs/08_s3gnn.ipynb #9f2f1110
 def make_batches(graphs:Sequence[Data],  # PyG graphs
                  batch_size:int,          # graphs per batch
-                 seed:int|None=None,      # shuffle the graphs once with this seed; None keeps their order
+                 # shuffle the graphs once with this seed; None keeps their order
+                 seed:int|None=None,
                  device:str|torch.device="cpu",
                 )->list[Batch]:           # collated batches on `device` (each keeps its operators)
     "Collate graphs into fixed mini-batches (optionally shuffled once) and move them to `device`."
     if batch_size < 1: raise ValueError(f"batch_size must be positive, got {batch_size}")
-    idx = np.random.default_rng(seed).permutation(len(graphs)) if seed is not None else np.arange(len(graphs))
+    idx = (
+        np.random.default_rng(seed).permutation(len(graphs))
+        if seed is not None
+        else np.arange(len(graphs))
+    )
     out = [Batch.from_data_list([graphs[i] for i in idx[s:s+batch_size]]).to(device)
            for s in range(0, len(graphs), batch_size)]
-    for b in out: b.__dict__["_ops_memo"] = {}          # graph_ops builds them once, not every epoch
+    for b in out: b.__dict__["_ops_memo"] = {}  # graph_ops builds them once, not every epoch
     return out
 
 def _targets(b:Batch):
@@ -870,51 +1142,83 @@ def train_eval(model:nn.Module,              # any model mapping a PyG batch to 
                wd:float=1e-4,                # AdamW weight decay
                seed:int=0,                   # batch composition and order
                device:str|torch.device="cpu",
-               loss:str="mse",               # "mse" (regression, metric log10 MSE) or "ce" (classification, metric accuracy)
+               # "mse" (regression, metric log10 MSE) or "ce" (classification, metric accuracy)
+               loss:str="mse",
                clip:float=1.0,               # gradient-norm clipping (S2GNN configs clip too)
                show_progress:bool=False,     # a progress bar over epochs
-              )->dict:                       # train (last epoch), val and test (best validation epoch), history
-    "Train `model` (AdamW, warm-up, cosine); report $\\log_{10}$ MSE or accuracy; leave it at its best validation epoch."
+              )->dict:  # train (last epoch), val and test (best validation epoch), history
+    ("Train `model` (AdamW, warm-up, cosine); report $\\log_{10}$ MSE or accuracy; leave it at its"
+     " best validation epoch.")
     _choice("loss", loss, ("mse", "ce"))
     if epochs < 1: raise ValueError(f"epochs must be positive, got {epochs}")
-    if not len(train) or not len(val) or not len(test): raise ValueError("train, val and test must each hold at least one graph")
+    if not len(train) or not len(val) or not len(test):
+        raise ValueError("train, val and test must each hold at least one graph")
     t0, device = time.perf_counter(), torch.device(device)
     model = model.to(device).train()
-    tr, va, te = (make_batches(s, batch_size, seed if i == 0 else None, device) for i, s in enumerate((train, val, test)))
+    tr, va, te = (
+        make_batches(s, batch_size, seed if i == 0 else None, device)
+        for i, s in enumerate((train, val, test))
+    )
     y_mean, y_std = 0., 1.
-    if loss == "mse":                                                        # standardise the targets
+    if loss == "mse":  # standardise the targets
         y_all = torch.cat([_targets(b)[0].float() for b in tr])
-        y_mean, y_std = y_all.mean(0), y_all.std(0).clamp_min(1e-6) if len(y_all) > 1 else torch.ones_like(y_all[0])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd, **({"fused": True} if device.type == "cuda" else {"foreach": True}))
+        y_mean, y_std = y_all.mean(0), (
+            y_all.std(0).clamp_min(1e-6) if len(y_all) > 1 else torch.ones_like(y_all[0])
+        )
+    opt = torch.optim.AdamW(
+        model.parameters(),
+        lr=lr,
+        weight_decay=wd,
+        **({"fused": True} if device.type == "cuda" else {"foreach": True})
+    )
     total = epochs*len(tr); warm = max(1, int(0.05*total))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1)/warm, 0.5*(1 + math.cos(math.pi*min(s, total)/total))))
-    order_rng, better = np.random.default_rng([seed, 2]), (lambda a, b: a < b) if loss == "mse" else (lambda a, b: a > b)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    )
+    order_rng, better = np.random.default_rng([seed, 2]), (
+        (lambda a, b: a < b) if loss == "mse" else (lambda a, b: a > b)
+    )
     best, best_state, hist = None, None, []
-    for ep in progress(range(epochs), desc=f"train {type(model).__name__}", disable=not show_progress, leave=False):
+    for ep in progress(
+        range(epochs), desc=f"train {type(model).__name__}", disable=not show_progress, leave=False
+    ):
         run = 0.
         for i in order_rng.permutation(len(tr)):
             b = tr[i]; out, (y, m) = model(b), _targets(b)
             out = out if m is None else out[m]
-            l = F.mse_loss(out, (y.float() - y_mean)/y_std) if loss == "mse" else F.cross_entropy(out, y)
+            l = (
+                F.mse_loss(out, (y.float() - y_mean) / y_std)
+                if loss == "mse"
+                else F.cross_entropy(out, y)
+            )
             opt.zero_grad(set_to_none=True); l.backward()
             if clip: nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step(); sched.step(); run += l.detach()
         v = evaluate(model, va, loss, y_mean, y_std)
         hist.append((ep, float(run)/len(tr), v))
-        if best is None or better(v, best["val"]):                          # keep the best validation epoch
+        if best is None or better(v, best["val"]):  # keep the best validation epoch
             best = dict(val=v, best_epoch=ep)
             best_state = {k: t.detach().clone() for k, t in model.state_dict().items()}
-    train_metric = evaluate(model, tr, loss, y_mean, y_std)                 # the fit at the last epoch
+    train_metric = evaluate(model, tr, loss, y_mean, y_std)  # the fit at the last epoch
     model.load_state_dict(best_state)
     test_metric = evaluate(model, te, loss, y_mean, y_std)
-    return dict(train=train_metric, val=best["val"], test=test_metric, best_epoch=best["best_epoch"], history=hist,
-                n_params=count_params(model), steps=total, seconds=time.perf_counter() - t0)
+    return dict(
+        train=train_metric,
+        val=best["val"],
+        test=test_metric,
+        best_epoch=best["best_epoch"],
+        history=hist,
+        n_params=count_params(model),
+        steps=total,
+        seconds=time.perf_counter() - t0,
+    )
 
 # %% ../nbs/08_s3gnn.ipynb #2552a0df
 MODEL_NAMES = ("S3GNN", "S2GNN", "A-DGN", "GCN", "GCN+PE", "eigen MLP",
                "S3GNN no complement", "S3GNN no global")
-ODE_MODELS = ("S3GNN", "A-DGN", "S3GNN no complement", "S3GNN no global")   # the models with an Euler step eps
-PE_KINDS = ("none", "lap", "rwse")                                           # what "GCN+PE" is tuned over
+# the models with an Euler step eps
+ODE_MODELS = ("S3GNN", "A-DGN", "S3GNN no complement", "S3GNN no global")
+PE_KINDS = ("none", "lap", "rwse")  # what "GCN+PE" is tuned over
 
 def make_model(name:str,             # one of MODEL_NAMES
                d_in:int,             # input node features
@@ -924,11 +1228,13 @@ def make_model(name:str,             # one of MODEL_NAMES
                n_layers:int=20,      # depth
                n_gauss:int=16,       # Gaussians of the spectral filter (spectral models)
                lam_cut:float=0.7,    # top of the kept band (spectral models)
-               eps:float=0.1,        # Euler step (ODE models: the S3GNN variants and A-DGN); ignored by the others
-               J:int=1,              # order of the high-band polynomial (S3GNN variants with the complement)
+               # Euler step (ODE models: the S3GNN variants and A-DGN); ignored by the others
+               eps:float=0.1,
+               J:int=1,  # order of the high-band polynomial (S3GNN variants with the complement)
                pe:str="lap",         # positional encoding of "GCN+PE": "none" | "lap" | "rwse"
-               k_max:int=8,          # eigenpairs stored per graph (LapPE and the eigenvalue MLP read them)
+               k_max:int=8,  # eigenpairs stored per graph (LapPE and the eigenvalue MLP read them)
                rwse_steps:int=16,    # RWSE walk lengths
+               norm:str="none",      # "S2GNN" only: "layer" puts a LayerNorm after every layer
                readout_size:bool=True, # every readout also sees log n
                seed:int=0,           # initialisation seed (and LapPE's sign flips)
                **layer_kw,           # further `S3Layer` options for the S3GNN variants
@@ -938,13 +1244,19 @@ def make_model(name:str,             # one of MODEL_NAMES
     torch.manual_seed(seed)
     spec = dict(n_gauss=n_gauss, lam_cut=lam_cut, eps=eps, J=J, readout_size=readout_size)
     if name == "S3GNN": return S3GNN(d_in, d, d_out, n_layers, level, **spec, **layer_kw)
-    if name == "S3GNN no complement": return S3GNN(d_in, d, d_out, n_layers, level, **spec, **(layer_kw | dict(complement="none")))
-    if name == "S3GNN no global": return S3GNN(d_in, d, d_out, n_layers, level, **spec, **(layer_kw | dict(use_global=False)))
+    if name == "S3GNN no complement":
+        return S3GNN(
+            d_in, d, d_out, n_layers, level, **spec, **(layer_kw | dict(complement="none"))
+        )
+    if name == "S3GNN no global":
+        return S3GNN(d_in, d, d_out, n_layers, level, **spec, **(layer_kw | dict(use_global=False)))
     if name == "S2GNN":
-        return S2GNNBaseline(d_in, d, d_out, n_layers, level, readout_size, n_gauss=n_gauss, lam_cut=lam_cut)
+        return S2GNNBaseline(d_in, d, d_out, n_layers, level, readout_size, norm=norm,
+                             n_gauss=n_gauss, lam_cut=lam_cut)
     if name == "A-DGN": return ADGNBaseline(d_in, d, d_out, n_layers, level, readout_size, eps=eps)
     if name == "eigen MLP":
-        if level != "graph": raise ValueError("the eigenvalue MLP predicts one value per graph: level='graph'")
+        if level != "graph":
+            raise ValueError("the eigenvalue MLP predicts one value per graph: level='graph'")
         return EigenMLP(k_max, d, d_out, readout_size)
     pe = pe if name == "GCN+PE" else "none"
     return GCNBaseline(d_in, d, d_out, n_layers, level, readout_size, pe, k_max, rwse_steps, seed)
@@ -954,7 +1266,8 @@ def width_for_budget(build:Callable[[int], nn.Module], # width -> model
                      d_max:int,                        # widest allowed
                      step:int=4,                       # widths are multiples of this
                     )->int:                            # the widest width within budget
-    "Largest width (a multiple of `step`, at most `d_max`) whose model has at most `max_params` parameters."
+    ("Largest width (a multiple of `step`, at most `d_max`) whose model has at most `max_params` "
+     "parameters.")
     for d in range(d_max - d_max % step, 0, -step):
         if count_params(build(d)) <= max_params: return d
     raise ValueError(f"no width >= {step} fits a budget of {max_params:.0f} parameters")
@@ -963,35 +1276,45 @@ def match_width(build:Callable[[int], nn.Module], # width -> model
                 target:int,                       # parameter count to match
                 d_max:int,                        # widest width tried
                 step:int=2,                       # widths are multiples of this
-                tol:float=0.1,                    # allowed relative difference |P(d) - target| / target
-               )->int:                            # the width whose parameter count is closest to `target`
-    "Width (a multiple of `step`) whose model's parameter count is closest to `target`; it must be within `tol`."
+                tol:float=0.1,  # allowed relative difference |P(d) - target| / target
+               )->int:  # the width whose parameter count is closest to `target`
+    ("Width (a multiple of `step`) whose model's parameter count is closest to `target`; it must "
+     "be within `tol`.")
     if target < 1: raise ValueError(f"target must be a positive parameter count, got {target}")
     best = min(range(step, d_max + 1, step), key=lambda d: abs(count_params(build(d)) - target))
     p = count_params(build(best))
     if abs(p - target) > tol*target:
-        raise ValueError(f"no width up to {d_max} comes within {tol:.0%} of {target} parameters (closest: d={best}, {p})")
+        raise ValueError(
+            f"no width up to {d_max} comes within {tol:.0%} of {target} parameters (closest:"
+            f" d={best}, {p})"
+        )
     return best
 
-def tuning_grid(name:str,                    # model name
-                lrs:Sequence[float],         # learning rates tried for every model
-                eps_values:Sequence[float],  # Euler steps tried for the ODE models
-                pes:Sequence[str]=PE_KINDS,  # positional encodings tried for "GCN+PE"
-               )->list[dict]:                # one dict per configuration: lr, and eps or pe where the model has it
-    "Configurations a model is tuned over: the learning rate, and its own knob (eps or pe), on the same values."
+def tuning_grid(
+    name: str,  # model name
+    lrs: Sequence[float],  # learning rates tried for every model
+    eps_values: Sequence[float],  # Euler steps tried for the ODE models
+    pes: Sequence[str] = PE_KINDS,  # positional encodings tried for "GCN+PE"
+) -> list[dict]:  # one dict per configuration: lr, and eps or pe where the model has it
+    ("Configurations a model is tuned over: the learning rate, and its own knob (eps or pe), on "
+     "the same values.")
     _choice("model name", name, MODEL_NAMES)
     if not lrs or (name in ODE_MODELS and not eps_values) or (name == "GCN+PE" and not pes):
-        raise ValueError("give at least one learning rate (and one eps for ODE models, one pe for GCN+PE)")
+        raise ValueError(
+            "give at least one learning rate (and one eps for ODE models, one pe for GCN+PE)"
+        )
     for p in pes: _choice("pe", p, PE_KINDS)
     if name in ODE_MODELS: extra = [dict(eps=float(e)) for e in eps_values]
     else: extra = [dict(pe=p) for p in pes] if name == "GCN+PE" else [{}]
     return [dict(lr=float(lr), **x) for lr in lrs for x in extra]
 
-def run_parallel(fns:Sequence[Callable[[], dict]], # zero-argument jobs (e.g. closures calling train_eval)
-                 n_workers:int=1,                  # threads; 1 runs them one after another
-                 desc:str|None=None,               # progress-bar label
-                )->list[dict]:                     # results, in the order of `fns`
-    "Run independent jobs, optionally in threads (build and seed the models before, in the calling thread)."
+def run_parallel(
+    fns: Sequence[Callable[[], dict]],  # zero-argument jobs (e.g. closures calling train_eval)
+    n_workers: int = 1,  # threads; 1 runs them one after another
+    desc: str | None = None,  # progress-bar label
+) -> list[dict]:  # results, in the order of `fns`
+    ("Run independent jobs, optionally in threads (build and seed the models before, in the "
+     "calling thread).")
     if n_workers <= 1: return [f() for f in progress(fns, desc=desc)]
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(n_workers) as ex:
@@ -1000,10 +1323,11 @@ def run_parallel(fns:Sequence[Callable[[], dict]], # zero-argument jobs (e.g. cl
 
 # %% ../nbs/08_s3gnn.ipynb #6b287029
 def far_field(sens:dict[int, float], # {hop r: S(u, r)} from `jacobian_sensitivity`
-              L:int,                 # hops inside the receptive field of an L-layer message-passing network
+              L:int,  # hops inside the receptive field of an L-layer message-passing network
               floor:float=-30.,      # value returned when every sensitivity beyond L hops is 0
              )->float:               # log10 of mean_{r > L} S(u, r) / S(u, 0)
-    "$\\log_{10}$ of the mean sensitivity beyond `L` hops relative to the self-sensitivity $S(u, 0)$."
+    ("$\\log_{10}$ of the mean sensitivity beyond `L` hops relative to the self-sensitivity $S(u, "
+     "0)$.")
     far = [v for r, v in sens.items() if r > L]
     if not far: raise ValueError(f"no node is more than L={L} hops away: use a longer graph")
     if not sens.get(0, 0) > 0: raise ValueError("the self-sensitivity S(u, 0) must be positive")
@@ -1014,7 +1338,7 @@ def far_field(sens:dict[int, float], # {hop r: S(u, r)} from `jacobian_sensitivi
 _DATA: dict = {}       # per-process cache of generated splits (the most recent few)
 
 def graph_property_splits(n_graphs:Sequence[int],   # (train, val, test) graphs
-                          n_min:int, n_max:int,       # node counts drawn uniformly in [n_min, n_max]
+                          n_min:int, n_max:int,  # node counts drawn uniformly in [n_min, n_max]
                           seed:int=0,                 # same seed, same graphs
                           task:str="diameter",        # "diameter" | "eccentricity" | "sssp"
                           lam_cut:float=0.7,          # eigenpairs kept: lambda <= lam_cut ...
@@ -1032,21 +1356,23 @@ def graph_property_splits(n_graphs:Sequence[int],   # (train, val, test) graphs
     return _DATA[key]
 
 def path_graph(n:int, lam_cut:float=0.7, k_max:int=8, rwse_steps:int=16, seed:int=0)->Data:
-    "A path of `n` nodes with uniform node features, eigenpairs and RWSE: the graph of the sensitivity study."
+    ("A path of `n` nodes with uniform node features, eigenpairs and RWSE: the graph of the "
+     "sensitivity study.")
     e = torch.tensor([[i, i + 1] for i in range(n - 1)]).T
     x = torch.rand(n, 1, generator=torch.Generator().manual_seed(seed))
     g = Data(edge_index=torch.cat([e, e.flip(0)], 1), num_nodes=n, x=x)
     return add_rwse([SpectralTransform(lam_cut, k_max)(g)], rwse_steps)[0]
 
 def run_job(job:dict)->dict:
-    "One run from plain values: `data` (`graph_property_splits`), `model`, `model_kw`, `train`, `seed`, `path_n`."
+    ("One run from plain values: `data` (`graph_property_splits`), `model`, `model_kw`, `train`, "
+     "`seed`, `path_n`.")
     data = graph_property_splits(**job["data"])
     level = "graph" if job["data"].get("task", "diameter") == "diameter" else "node"
     dk = {k: job["data"][k] for k in ("lam_cut", "k_max", "rwse_steps") if k in job["data"]}
     kw = dk | job.get("model_kw", {})
     model = make_model(job["model"], data[0][0].x.shape[1], 1, level, seed=job["seed"], **kw)
     out, path = {}, None
-    if job.get("path_n"):                                       # sensitivity before and after training
+    if job.get("path_n"):  # sensitivity before and after training
         path = path_graph(job["path_n"], seed=job.get("path_seed", 0), **dk)
         out["sens_init"] = jacobian_sensitivity(model, path, 0)
     r = train_eval(model, *data, seed=job["seed"], **job.get("train", {}))
@@ -1055,7 +1381,7 @@ def run_job(job:dict)->dict:
     return out
 
 def _run_group(jobs:list[dict])->list[dict]:
-    torch.set_num_threads(1)                                    # small graphs: one thread, same bits anywhere
+    torch.set_num_threads(1)  # small graphs: one thread, same bits anywhere
     return [run_job(j) for j in jobs]
 
 def _job_cost(job:dict)->float:
@@ -1067,7 +1393,8 @@ def run_jobs(jobs:Sequence[dict],   # run descriptions for `run_job`
              n_jobs:int=1,          # worker processes (spawned); 1 runs everything in this process
              desc:str|None=None,    # progress-bar label
             )->list[dict]:          # one result per job, in the order of `jobs`
-    "Run jobs here or in `n_jobs` workers, one group per dataset, longest first; the same numbers for any `n_jobs`."
+    ("Run jobs here or in `n_jobs` workers, one group per dataset, longest first; the same numbers"
+     " for any `n_jobs`.")
     groups = {}
     for i, j in enumerate(jobs): groups.setdefault(repr(sorted(j["data"].items())), []).append(i)
     order = sorted(groups.values(), key=lambda ix: -sum(_job_cost(jobs[i]) for i in ix))
@@ -1078,7 +1405,9 @@ def run_jobs(jobs:Sequence[dict],   # run descriptions for `run_job`
         return res
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
-    from maspob_etal.s3gnn import _run_group as worker          # spawned workers need the installed function
+    from maspob_etal.s3gnn import (
+        _run_group as worker,
+    )  # spawned workers need the installed function
     with ProcessPoolExecutor(min(n_jobs, len(order)), mp_context=mp.get_context("spawn")) as ex:
         futs = {ex.submit(worker, [jobs[i] for i in ix]): ix for ix in order}
         for f in progress(as_completed(futs), total=len(futs), desc=desc):

@@ -312,6 +312,36 @@ def test_load_graph_dataset_from_pt(tmp_path):
     with pytest.raises(ValueError, match="LRGB datasets"): load_graph_dataset(tmp_path, "cora")
     torch.save([1, 2], tmp_path/"bad.pt")
     with pytest.raises(ValueError, match="list of torch_geometric"): load_graph_dataset(tmp_path/"bad.pt")
+    torch.save(Batch.from_data_list(data), tmp_path/"batch.pt")    # unpickling a Batch calls a PyG function: refused
+    with pytest.raises(ValueError, match=r"not loaded.*batch.to_data_list\(\)"): load_graph_dataset(tmp_path/"batch.pt")
+
+
+def path_graph_data(n):
+    "A path of n nodes with eigenpairs (k_max 8)."
+    return graph_of(nx.path_graph(n))
+
+
+class _WritesAMarker:
+    "Unpickling this object would run code: it calls os.system to create a marker file."
+    def __init__(self, marker): self.marker = str(marker)
+    def __reduce__(self):
+        import os
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("wrap", ["list", "dict", "inside Data"])
+def test_load_graph_dataset_refuses_a_pt_file_that_would_run_code(tmp_path, wrap):
+    marker = tmp_path/"ran"
+    evil = _WritesAMarker(marker)
+    g = make_graph_property_dataset(2, "diameter", seed=1)
+    obj = {"list": [g[0], evil], "dict": {"train": [evil]}, "inside Data": [Data(x=g[0].x, payload=evil)]}[wrap]
+    torch.save(obj, tmp_path/"evil.pt")
+    assert not marker.exists()
+    with pytest.raises(ValueError, match=r"not loaded \(unpickling them could run code\).*torch.save\(list_of_Data"):
+        load_graph_dataset(tmp_path/"evil.pt")
+    assert not marker.exists()                                               # nothing ran
+    with pytest.raises(ValueError, match="evil.pt holds objects other than PyG graphs"): load_graph_dataset(tmp_path/"evil.pt")
+    assert not marker.exists()
 
 
 # ---------------------------------------------------------------- training
@@ -428,6 +458,36 @@ def test_same_numbers_with_one_and_two_threads():
             r = train_eval(net, data[:10], data[10:13], data[13:], epochs=2, batch_size=5, seed=0)
             result = [r["train"], r["val"], r["test"], far_field(jacobian_sensitivity(net, data[0], 0), 1)]
     """)
+
+def test_s3layer_wrong_node_count_and_non_positive_sizes_say_what_to_fix():
+    g = graph_of(nx.path_graph(6), d_in=3)
+    lay = S3Layer(8)
+    assert lay(torch.randn(6, 8), graph_ops(g)).shape == (6, 8)
+    for n in (5, 7):
+        with pytest.raises(ValueError, match=rf"H has {n} rows but the batch given to graph_ops has 6 nodes: pass one row"):
+            lay(torch.randn(n, 8), graph_ops(g))
+    with pytest.raises(ValueError, match="d must be a positive integer.*got -4"): S3Layer(d=-4)
+    with pytest.raises(ValueError, match="d must be a positive integer.*got 0"): S3Layer(d=0)
+    with pytest.raises(ValueError, match="n_gauss must be a positive integer"): S3Layer(8, n_gauss=0)
+    with pytest.raises(ValueError, match="J .* must be an integer >= 0"): S3Layer(8, J=-1)
+    with pytest.raises(ValueError, match="bottleneck must be > 0"): S3Layer(8, bottleneck=0)
+    S3Layer(8, J=0)                                                          # order 0: a constant high band
+
+
+def test_deep_s2gnn_stays_finite_with_its_layer_norm():
+    "At the gpu scale's 20 layers the residual sums of the S2GNN-style model explode; its LayerNorm keeps them finite."
+    g = add_rwse([path_graph_data(60)], 16)[0]
+    plain = make_model("S2GNN", 1, d=64, n_layers=20, k_max=8, seed=0)
+    deep = make_model("S2GNN", 1, d=64, n_layers=20, k_max=8, seed=0, norm="layer")
+    with torch.no_grad():
+        assert not (plain.node_states(g).abs().max() < 1e6)                  # the failure the norm is there for
+        H = deep.node_states(g)
+    assert torch.isfinite(H).all() and H.abs().max() < 100
+    assert count_params(deep) == count_params(plain) + 20*2*64
+    shallow = make_model("S2GNN", 1, d=8, n_layers=2, seed=3)                 # the default is unchanged: no norms
+    assert shallow.norms is None and torch.equal(shallow(g), make_model("S2GNN", 1, d=8, n_layers=2, seed=3)(g))
+    with pytest.raises(ValueError, match="norm must be one of"): S2GNNBaseline(1, norm="batch")
+
 
 def test_s3layer_with_an_edge_index_says_what_to_pass():
     lay = S3Layer(4)
