@@ -33,44 +33,77 @@ __all__ = ['WORKFLOW_TOPOLOGIES', 'STYLE_DIMENSIONS', 'BASE_PROMPTS', 'SURROGATE
 
 # %% ../nbs/01_maspob.ipynb #7fe70f54
 WORKFLOW_TOPOLOGIES = {  # the six benchmark workflows (official code: config/workflow_topology.py)
-    "HotpotQA": [dict(name="AnswerGenerate", dependencies=[]),
-                 dict(name="ScEnsemble", dependencies=["AnswerGenerate"]),
-                 dict(name="FormatAnswer", dependencies=["ScEnsemble"])],
+    "HotpotQA": [
+        dict(name="AnswerGenerate", dependencies=[]),
+        dict(name="ScEnsemble", dependencies=["AnswerGenerate"]),
+        dict(name="FormatAnswer", dependencies=["ScEnsemble"]),
+    ],
     "DROP": [dict(name="Solve", dependencies=[]), dict(name="Format", dependencies=["Solve"])],
-    "GSM8K": [dict(name="Solve", dependencies=[]), dict(name="ScEnsemble", dependencies=["Solve"]),
-              dict(name="Programmer", dependencies=["ScEnsemble"]), dict(name="Extract", dependencies=["Programmer"])],
-    "MATH": [dict(name="Programmer", dependencies=[]), dict(name="RefineAnswer", dependencies=["Programmer"]),
-             dict(name="DetailedSolution", dependencies=[]), dict(name="GenerateSolution", dependencies=[]),
-             dict(name="ScEnsemble", dependencies=["RefineAnswer", "DetailedSolution", "GenerateSolution"])],
-    "HumanEval": [dict(name="CustomCodeGenerate", dependencies=[]),
-                  dict(name="ScEnsemble", dependencies=["CustomCodeGenerate"]),
-                  dict(name="Test", dependencies=["ScEnsemble"])],
-    "MBPP": [dict(name="CodeGenerate", dependencies=[]), dict(name="ScEnsemble", dependencies=["CodeGenerate"]),
-             dict(name="Test", dependencies=["ScEnsemble"]), dict(name="FixCode", dependencies=["Test"])],
+    "GSM8K": [
+        dict(name="Solve", dependencies=[]),
+        dict(name="ScEnsemble", dependencies=["Solve"]),
+        dict(name="Programmer", dependencies=["ScEnsemble"]),
+        dict(name="Extract", dependencies=["Programmer"]),
+    ],
+    "MATH": [
+        dict(name="Programmer", dependencies=[]),
+        dict(name="RefineAnswer", dependencies=["Programmer"]),
+        dict(name="DetailedSolution", dependencies=[]),
+        dict(name="GenerateSolution", dependencies=[]),
+        dict(
+            name="ScEnsemble", dependencies=["RefineAnswer", "DetailedSolution", "GenerateSolution"]
+        ),
+    ],
+    "HumanEval": [
+        dict(name="CustomCodeGenerate", dependencies=[]),
+        dict(name="ScEnsemble", dependencies=["CustomCodeGenerate"]),
+        dict(name="Test", dependencies=["ScEnsemble"]),
+    ],
+    "MBPP": [
+        dict(name="CodeGenerate", dependencies=[]),
+        dict(name="ScEnsemble", dependencies=["CodeGenerate"]),
+        dict(name="Test", dependencies=["ScEnsemble"]),
+        dict(name="FixCode", dependencies=["Test"]),
+    ],
 }
 
 def check_topology(topology:Sequence[dict], # operators as {"name": str, "dependencies": [names]}
                   )->list[dict]:            # a clean copy, same order
     "Validate a workflow: unique names, known dependencies, no cycle; returns a clean copy."
-    if isinstance(topology, str): raise TypeError(f"topology must be a list of operator dicts, got the string {topology!r}; "
-                                                  f"for a benchmark use WORKFLOW_TOPOLOGIES[{topology!r}]")
+    if isinstance(topology, str):
+        raise TypeError(
+            f"topology must be a list of operator dicts, got the string {topology!r}; "
+            f"for a benchmark use WORKFLOW_TOPOLOGIES[{topology!r}]"
+        )
     if not isinstance(topology, Sequence) or len(topology) == 0:
-        raise ValueError("topology must be a non-empty list of {'name': str, 'dependencies': [names]} dicts")
+        raise ValueError(
+            "topology must be a non-empty list of {'name': str, 'dependencies': [names]} dicts"
+        )
     ops = []
     for k, op in enumerate(topology):
         if not isinstance(op, dict) or not isinstance(op.get("name"), str) or not op["name"]:
-            raise ValueError(f"operator {k} must be a dict with a non-empty string 'name', got {op!r}")
+            raise ValueError(
+                f"operator {k} must be a dict with a non-empty string 'name', got {op!r}"
+            )
         deps = op.get("dependencies", [])
         if isinstance(deps, str) or not all(isinstance(d, str) for d in deps):
-            raise ValueError(f"operator {op['name']!r}: 'dependencies' must be a list of operator names, got {deps!r}")
+            raise ValueError(
+                f"operator {op['name']!r}: 'dependencies' must be a list of operator names, got"
+                f" {deps!r}"
+            )
         ops.append(dict(name=op["name"], dependencies=list(deps)))
     names = [o["name"] for o in ops]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup: raise ValueError(f"operator names must be unique; repeated: {dup}")
     for o in ops:
         for d in o["dependencies"]:
-            if d not in names: raise ValueError(f"operator {o['name']!r} depends on unknown operator {d!r}; known operators: {names}")
-    indeg = {o["name"]: len(set(o["dependencies"])) for o in ops}   # Kahn: repeatedly remove operators with no open dependency
+            if d not in names:
+                raise ValueError(
+                    f"operator {o['name']!r} depends on unknown operator {d!r}; known operators:"
+                    f" {names}"
+                )
+    # Kahn: repeatedly remove operators with no open dependency
+    indeg = {o["name"]: len(set(o["dependencies"])) for o in ops}
     done, ready = set(), [n for n in names if indeg[n] == 0]
     while ready:
         n = ready.pop(); done.add(n)
@@ -79,14 +112,19 @@ def check_topology(topology:Sequence[dict], # operators as {"name": str, "depend
                 indeg[o["name"]] -= 1
                 if indeg[o["name"]] == 0: ready.append(o["name"])
     if len(done) < len(ops):
-        raise ValueError(f"the topology has a cycle through {sorted(set(names) - done)}; a workflow must be a DAG")
+        raise ValueError(
+            f"the topology has a cycle through {sorted(set(names) - done)}; a workflow must be"
+            " a DAG"
+        )
     return ops
 
 # %% ../nbs/01_maspob.ipynb #23d82654
 def build_edge_index(topology:Sequence[dict], # the workflow (see `check_topology`)
-                     bidirectional:bool=True,  # also add i -> j for every dependency j -> i (official default)
+                     # also add i -> j for every dependency j -> i (official default)
+                     bidirectional:bool=True,
                     )->torch.Tensor:           # (2, E) long: row 0 sources, row 1 targets
-    "Edge list of the workflow graph: self-loops, dependency edges $j \\to i$, and their reverses if bidirectional."
+    ("Edge list of the workflow graph: self-loops, dependency edges $j \\to i$, and their reverses"
+     " if bidirectional.")
     ops = check_topology(topology)
     idx = {o["name"]: i for i, o in enumerate(ops)}
     src, dst = [], []
@@ -106,20 +144,56 @@ def batch_edge_index(edge_index:torch.Tensor, # (2, E) edges of one graph
     return (edge_index[:, None, :] + shift[None, :, None]).reshape(2, -1)
 
 # %% ../nbs/01_maspob.ipynb #fef330a8
-STYLE_DIMENSIONS = {  # our own style modifiers (the official code has 10 dimensions of 10 options in prompts/prompt.py)
-    "persona": ["You are a careful expert.", "You are a concise assistant.", "You are a meticulous analyst.",
-                "You are a patient tutor.", "You are a senior reviewer.", "You are a fast, practical problem solver."],
-    "reasoning": ["Think step by step.", "Break the task into small parts.", "Reason carefully before answering.",
-                  "Consider more than one approach first.", "Work through the input methodically.",
-                  "Focus on the facts that matter."],
-    "verification": ["Double-check the result.", "Verify each step.", "Check for mistakes before replying.",
-                     "Make sure the answer is consistent with the input.", "Re-read the question before answering.",
-                     "Test the answer against the input."],
-    "format": ["Give only the final answer.", "Keep the reply short.", "End with the answer on its own line.",
-               "State the answer first.", "Use plain words.", "Avoid any extra commentary."],
-    "tone": ["Be precise.", "Be direct.", "Be thorough.", "Be brief.", "Be clear and calm.", "Be confident."],
-    "emphasis": ["Accuracy matters most.", "Correctness matters more than speed.", "Do not guess.",
-                 "Follow the instructions exactly.", "Stay on task.", "Read the input twice."],
+# our own style modifiers (the official code has 10 dimensions of 10 options in prompts/prompt.py)
+STYLE_DIMENSIONS = {
+    "persona": [
+        "You are a careful expert.",
+        "You are a concise assistant.",
+        "You are a meticulous analyst.",
+        "You are a patient tutor.",
+        "You are a senior reviewer.",
+        "You are a fast, practical problem solver.",
+    ],
+    "reasoning": [
+        "Think step by step.",
+        "Break the task into small parts.",
+        "Reason carefully before answering.",
+        "Consider more than one approach first.",
+        "Work through the input methodically.",
+        "Focus on the facts that matter.",
+    ],
+    "verification": [
+        "Double-check the result.",
+        "Verify each step.",
+        "Check for mistakes before replying.",
+        "Make sure the answer is consistent with the input.",
+        "Re-read the question before answering.",
+        "Test the answer against the input.",
+    ],
+    "format": [
+        "Give only the final answer.",
+        "Keep the reply short.",
+        "End with the answer on its own line.",
+        "State the answer first.",
+        "Use plain words.",
+        "Avoid any extra commentary.",
+    ],
+    "tone": [
+        "Be precise.",
+        "Be direct.",
+        "Be thorough.",
+        "Be brief.",
+        "Be clear and calm.",
+        "Be confident.",
+    ],
+    "emphasis": [
+        "Accuracy matters most.",
+        "Correctness matters more than speed.",
+        "Do not guess.",
+        "Follow the instructions exactly.",
+        "Stay on task.",
+        "Read the input twice.",
+    ],
 }
 
 def placeholders(text:str)->set[str]:
@@ -139,17 +213,25 @@ def style_variants(base:str,          # the hand-written prompt p^0
                    dims:dict=None,    # style dimensions; default `STYLE_DIMENSIONS`
                    p_dim:float=0.6,   # chance that a non-persona dimension contributes a sentence
                   )->list[str]:       # n distinct prompts, the first being `base`
-    "A deterministic pool of `n` prompts: `base` and `n-1` style variants with the same placeholders."
-    if not isinstance(base, str) or not base.strip(): raise ValueError("base must be a non-empty prompt string")
+    ("A deterministic pool of `n` prompts: `base` and `n-1` style variants with the same "
+     "placeholders.")
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError("base must be a non-empty prompt string")
     if n < 1: raise ValueError(f"a pool needs n >= 1 prompts, got n={n}")
     dims = dims or STYLE_DIMENSIONS
     rng, out, tries = np.random.default_rng(seed), [base], 0
     while len(out) < n:
         tries += 1
-        if tries > 1000*n: raise ValueError(f"could not draw {n} distinct variants from the style dimensions")
-        parts = {k: opts[rng.integers(len(opts))] for k, opts in dims.items() if k == "persona" or rng.random() < p_dim}
+        if tries > 1000 * n:
+            raise ValueError(f"could not draw {n} distinct variants from the style dimensions")
+        parts = {
+            k: opts[rng.integers(len(opts))]
+            for k, opts in dims.items()
+            if k == "persona" or rng.random() < p_dim
+        }
         head = parts.pop("persona", None)
-        text = " ".join(([head] if head else []) + list(parts.values())) + "\n" + base.strip()   # base text last, whole
+        # base text last, whole
+        text = " ".join(([head] if head else []) + list(parts.values())) + "\n" + base.strip()
         if text not in out: out.append(text)
     return out
 
@@ -159,7 +241,12 @@ def _clean_rewrite(text:str)->str:
     t = text.strip()
     m = re.match(r"^```(?:\w+)?\s*\n(.*?)\n```\s*$", t, re.S)
     if m: t = m.group(1).strip()
-    t = re.sub(r"^(?:Here is|Here's|Below is|Rewritten instruction|New instruction)[^\n]*\n+", "", t, flags=re.I)
+    t = re.sub(
+        r"^(?:Here is|Here's|Below is|Rewritten instruction|New instruction)[^\n]*\n+",
+        "",
+        t,
+        flags=re.I,
+    )
     return t.strip()
 
 def llm_variants(base:str,             # the hand-written prompt p^0
@@ -169,22 +256,42 @@ def llm_variants(base:str,             # the hand-written prompt p^0
                  oversample:float=1.5, # rewrites requested per missing variant (official code: 1.5)
                  max_new_tokens:int=128, # length of a rewrite
                  temperature:float=0.7, # sampling temperature (official code: 0.5 with gpt-4o-mini)
-                 fill_up:bool=True,    # top up with `style_variants` when too few rewrites pass the check
+                 # top up with `style_variants` when too few rewrites pass the check
+                 fill_up:bool=True,
                  batch_size:int=16,    # prompts per generation batch
                 )->list[str]:          # up to n prompts, the first being `base`
-    "A pool of `n` prompts whose variants are LLM rewrites of `base` that keep its placeholders exactly."
+    ("A pool of `n` prompts whose variants are LLM rewrites of `base` that keep its placeholders "
+     "exactly.")
     if n < 1: raise ValueError(f"a pool needs n >= 1 prompts, got n={n}")
     need, keep = placeholders(base), [base]
     if n == 1: return keep
     rng = np.random.default_rng(seed)
-    styles = [" ".join(opts[rng.integers(len(opts))] for opts in STYLE_DIMENSIONS.values() if rng.random() < 0.5) or "Be concise."
-              for _ in range(math.ceil((n - 1)*oversample))]
+    styles = [
+        " ".join(
+            opts[rng.integers(len(opts))]
+            for opts in STYLE_DIMENSIONS.values()
+            if rng.random() < 0.5
+        )
+        or "Be concise."
+        for _ in range(math.ceil((n - 1) * oversample))
+    ]
     ph = ", ".join("{" + p + "}" for p in sorted(need)) or "none"
-    metas = [f"Rewrite the instruction below in this style: {s}\nKeep these placeholders exactly as written, "
-             f"including the curly braces: {ph}. Do not add other placeholders. Reply with the rewritten instruction only."
-             f"\n\nInstruction:\n{base}" for s in styles]
-    outs = generate(model, tok, metas, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
-                    seed=seed, batch_size=batch_size)
+    metas = [
+        f"Rewrite the instruction below in this style: {s}\nKeep these placeholders exactly as"
+        f" written, including the curly braces: {ph}. Do not add other placeholders. Reply with the"
+        f" rewritten instruction only.\n\nInstruction:\n{base}"
+        for s in styles
+    ]
+    outs = generate(
+        model,
+        tok,
+        metas,
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        temperature=temperature,
+        seed=seed,
+        batch_size=batch_size,
+    )
     for o in map(_clean_rewrite, outs):
         if len(keep) == n: break
         if o and placeholders(o) == need and o not in keep: keep.append(o)
@@ -195,80 +302,136 @@ def llm_variants(base:str,             # the hand-written prompt p^0
     return keep
 
 # %% ../nbs/01_maspob.ipynb #c8d5c550
-BASE_PROMPTS = {  # operator name -> hand-written base prompt p^0 (our wording; placeholders as in the official operators)
-    "AnswerGenerate": "Think about the question step by step, then give a direct answer.\nQuestion: {input}",
-    "ScEnsemble": "Several solutions were written for the question {question}:\n{solutions}\n"
-                  "Pick the answer most of them agree on and reply with the letter of that solution.",
-    "FormatAnswer": "Rewrite the best answer below as a short final answer (a name, number or phrase), "
-                    "without explanation.\n{input}",
-    "Solve": "Read the passage and the question, work out the answer step by step, "
-             "and end with the final number or phrase.\n{input}",
-    "Format": "For the question {problem_description}, extract an answer of one or a few words "
-              "from this solution: {solution}",
-    "Programmer": "Write a self-contained Python function solve() without arguments that computes the answer.\n"
-                  "Problem: {problem}\nAnalysis: {analysis}",
-    "Extract": "Extract the final numerical answer from the solution below and output only the number.\n{input}",
-    "RefineAnswer": "Turn the problem and the code output below into a clear step-by-step solution "
-                    "and state the final answer on the last line.\n{input}",
-    "DetailedSolution": "Give a complete step-by-step solution of the problem, explaining each step, "
-                        "and state the final answer on the last line.\n{input}",
-    "GenerateSolution": "Solve the problem step by step and state the final answer on the last line.\nProblem: {input}",
-    "CustomCodeGenerate": "Write a Python function that solves the task below. Reply with code only.\n"
-                          "{problem}\nFunction name: {entry_point}",
-    "CodeGenerate": "Write a Python function that solves the task below. Reply with code only.\n"
-                    "{problem}\nFunction name: {entry_point}",
-    "Test": "The code below failed a test. Find the bug and reply with a corrected version only.\n"
-            "Problem: {problem}\nCode: {solution}\nFailed test: {test_fail}",
-    "FixCode": "Fix the code so that it passes the failing test. Reply with code only.\n"
-               "Problem: {problem}\nCode: {solution}\nFeedback: {feedback}",
-    "Extractor": "Copy the sentences from the text that are needed to answer the question.\n"
-                 "Text: {context}\nQuestion: {question}",
-    "Answerer": "Use the facts to answer the question with the name of a country.\nFacts: {context}\nQuestion: {question}",
-    "Formatter": "Write only the country named in the draft answer, nothing else.\n"
-                 "Question: {question}\nDraft answer: {draft}\nCountry:",
+# operator name -> hand-written base prompt p^0 (our wording; placeholders as in the official
+# operators)
+BASE_PROMPTS = {
+    "AnswerGenerate": (
+        "Think about the question step by step, then give a direct answer.\nQuestion: {input}"
+    ),
+    "ScEnsemble": (
+        "Several solutions were written for the question {question}:\n{solutions}\n"
+        "Pick the answer most of them agree on and reply with the letter of that solution."
+    ),
+    "FormatAnswer": (
+        "Rewrite the best answer below as a short final answer (a name, number or phrase), "
+        "without explanation.\n{input}"
+    ),
+    "Solve": (
+        "Read the passage and the question, work out the answer step by step, "
+        "and end with the final number or phrase.\n{input}"
+    ),
+    "Format": (
+        "For the question {problem_description}, extract an answer of one or a few words "
+        "from this solution: {solution}"
+    ),
+    "Programmer": (
+        "Write a self-contained Python function solve() without arguments that computes the"
+        " answer.\nProblem: {problem}\nAnalysis: {analysis}"
+    ),
+    "Extract": (
+        "Extract the final numerical answer from the solution below and output only the"
+        " number.\n{input}"
+    ),
+    "RefineAnswer": (
+        "Turn the problem and the code output below into a clear step-by-step solution "
+        "and state the final answer on the last line.\n{input}"
+    ),
+    "DetailedSolution": (
+        "Give a complete step-by-step solution of the problem, explaining each step, "
+        "and state the final answer on the last line.\n{input}"
+    ),
+    "GenerateSolution": (
+        "Solve the problem step by step and state the final answer on the last line.\nProblem:"
+        " {input}"
+    ),
+    "CustomCodeGenerate": (
+        "Write a Python function that solves the task below. Reply with code only.\n"
+        "{problem}\nFunction name: {entry_point}"
+    ),
+    "CodeGenerate": (
+        "Write a Python function that solves the task below. Reply with code only.\n"
+        "{problem}\nFunction name: {entry_point}"
+    ),
+    "Test": (
+        "The code below failed a test. Find the bug and reply with a corrected version only.\n"
+        "Problem: {problem}\nCode: {solution}\nFailed test: {test_fail}"
+    ),
+    "FixCode": (
+        "Fix the code so that it passes the failing test. Reply with code only.\n"
+        "Problem: {problem}\nCode: {solution}\nFeedback: {feedback}"
+    ),
+    "Extractor": (
+        "Copy the sentences from the text that are needed to answer the question.\n"
+        "Text: {context}\nQuestion: {question}"
+    ),
+    "Answerer": (
+        "Use the facts to answer the question with the name of a country.\nFacts:"
+        " {context}\nQuestion: {question}"
+    ),
+    "Formatter": (
+        "Write only the country named in the draft answer, nothing else.\n"
+        "Question: {question}\nDraft answer: {draft}\nCountry:"
+    ),
 }
 
 def prompt_pools(topology:Sequence[dict], # the workflow
                  n:int,                    # candidates per operator C
                  seed:int=0,               # seed of the style draws (operator k uses seed + k)
                  bases:dict|None=None,     # operator name -> base prompt; default `BASE_PROMPTS`
-                 generator:Callable|None=None, # (base, n, seed) -> list of prompts; default `style_variants`
+                 # (base, n, seed) -> list of prompts; default `style_variants`
+                 generator:Callable|None=None,
                 )->list[list[str]]:        # one pool per operator, topology order
     "One candidate pool of `n` prompts per operator of `topology`."
     ops, bases, gen = check_topology(topology), bases or BASE_PROMPTS, generator or style_variants
     missing = [o["name"] for o in ops if o["name"] not in bases]
-    if missing: raise KeyError(f"no base prompt for operator(s) {missing}: pass bases={{name: prompt}}")
+    if missing:
+        raise KeyError(f"no base prompt for operator(s) {missing}: pass bases={{name: prompt}}")
     pools = [gen(bases[o["name"]], n, seed + k) for k, o in enumerate(ops)]
     for o, p in zip(ops, pools):
         bad = [q for q in p if placeholders(q) != placeholders(p[0])]
-        if bad: raise ValueError(f"operator {o['name']!r}: {len(bad)} candidate(s) change the placeholders {sorted(placeholders(p[0]))}")
+        if bad:
+            raise ValueError(
+                f"operator {o['name']!r}: {len(bad)} candidate(s) change the placeholders"
+                f" {sorted(placeholders(p[0]))}"
+            )
     return pools
 
 # %% ../nbs/01_maspob.ipynb #3a0f49df
 def embed_pools(pools:Sequence[Sequence[str]], # one list of prompt texts per operator
-                model_path:str|None=None,       # sentence-embedder folder; None means all-MiniLM-L6-v2
+                model_path:str|None=None,  # sentence-embedder folder; None means all-MiniLM-L6-v2
                 device:str="cpu",               # where the embedder runs
                )->list[torch.Tensor]:           # one float32 (C_i, d) tensor per operator
     "Embed every candidate prompt of every operator (unit-norm sentence embeddings)."
-    if len(pools) == 0: raise ValueError("pools is empty: pass one list of candidate prompts per operator")
+    if len(pools) == 0:
+        raise ValueError("pools is empty: pass one list of candidate prompts per operator")
     for k, p in enumerate(pools):
-        if isinstance(p, str) or len(p) == 0: raise ValueError(f"pool {k} must be a non-empty list of prompt strings")
+        if isinstance(p, str) or len(p) == 0:
+            raise ValueError(f"pool {k} must be a non-empty list of prompt strings")
     flat = [t for p in pools for t in p]
     E = torch.from_numpy(embed_texts(flat, model_path=model_path, device=device))
     return list(torch.split(E, [len(p) for p in pools]))
 
 def check_embeddings(emb:Sequence, n_ops:int|None=None)->list[torch.Tensor]:
-    "Validate per-operator embeddings: a list of non-empty `(C_i, d)` arrays with one `d`; returns float32 tensors."
+    ("Validate per-operator embeddings: a list of non-empty `(C_i, d)` arrays with one `d`; "
+     "returns float32 tensors.")
     if isinstance(emb, (torch.Tensor, np.ndarray)) or len(emb) == 0:
         raise ValueError("emb must be a list with one (C_i, d) embedding matrix per operator")
     out = [torch.as_tensor(e, dtype=torch.float32) for e in emb]
     for k, e in enumerate(out):
         if e.ndim != 2 or e.shape[0] == 0:
-            raise ValueError(f"operator {k}: its candidate pool is empty or not a (C_i, d) matrix (shape {tuple(e.shape)}); "
-                             "every operator needs at least one candidate prompt")
-    if len({e.shape[1] for e in out}) > 1: raise ValueError(f"all operators need the same embedding width d, got {[e.shape[1] for e in out]}")
+            raise ValueError(
+                f"operator {k}: its candidate pool is empty or not a (C_i, d) matrix (shape"
+                f" {tuple(e.shape)}); every operator needs at least one candidate prompt"
+            )
+    if len({e.shape[1] for e in out}) > 1:
+        raise ValueError(
+            f"all operators need the same embedding width d, got {[e.shape[1] for e in out]}"
+        )
     if n_ops is not None and len(out) != n_ops:
-        raise ValueError(f"got embeddings for {len(out)} operators but the topology has {n_ops}: pass one (C_i, d) matrix per operator")
+        raise ValueError(
+            f"got embeddings for {len(out)} operators but the topology has {n_ops}: pass one (C_i,"
+            " d) matrix per operator"
+        )
     return out
 
 def config_features(emb:Sequence[torch.Tensor], # one (C_i, d) tensor per operator
@@ -277,47 +440,75 @@ def config_features(emb:Sequence[torch.Tensor], # one (C_i, d) tensor per operat
     "Node features $h_i^0 = e_{i,c_i}$ of a batch of configurations."
     configs = torch.as_tensor(configs, dtype=torch.long)
     if configs.ndim == 1: configs = configs[None]
-    if configs.shape[1] != len(emb): raise ValueError(f"configs have {configs.shape[1]} entries but there are {len(emb)} operators")
+    if configs.shape[1] != len(emb):
+        raise ValueError(
+            f"configs have {configs.shape[1]} entries but there are {len(emb)} operators"
+        )
     return torch.stack([emb[i][configs[:, i].to(emb[i].device)] for i in range(len(emb))], 1)
 
 # %% ../nbs/01_maspob.ipynb #a6a7a9af
 def _kaiming_(lin:nn.Linear):
-    nn.init.kaiming_normal_(lin.weight, mode="fan_in", nonlinearity="relu"); nn.init.zeros_(lin.bias)
+    nn.init.kaiming_normal_(lin.weight, mode="fan_in", nonlinearity="relu")
+    nn.init.zeros_(lin.bias)
 
 class _ScoreScaling:
     "Map scores between `[s_min, s_max]` and the `[0, 1]` range the sigmoid head predicts."
     def _set_range(self, score_range):
         lo, hi = map(float, score_range)
-        if not hi > lo: raise ValueError(f"score_range must be (s_min, s_max) with s_min < s_max, got {score_range}")
+        if not hi > lo:
+            raise ValueError(
+                f"score_range must be (s_min, s_max) with s_min < s_max, got {score_range}"
+            )
         self.score_range = (lo, hi)
     def scale_score(self, s): lo, hi = self.score_range; return (s - lo)/(hi - lo)
     def unscale_score(self, s): lo, hi = self.score_range; return s*(hi - lo) + lo
 
 class WorkflowGAT(nn.Module, _ScoreScaling):
-    "GATv2 surrogate over the workflow graph: prompt embeddings of a configuration -> predicted score in [0, 1]."
+    ("GATv2 surrogate over the workflow graph: prompt embeddings of a configuration -> predicted "
+     "score in [0, 1].")
     def __init__(self, d:int,                   # embedding width of a prompt
                  topology:Sequence[dict],       # the workflow (its graph is fixed)
                  hidden:int=32,                 # H (run.py --hidden_dim)
                  layers:int=1,                  # GATv2 layers (run.py --num_gnn_layers)
                  heads:int=4,                   # attention heads (WorkflowGAT default)
-                 dropout:float=0.05,            # encoder, attention and readout dropout (run.py --dropout)
-                 bidirectional:bool=True,       # add reverse dependency edges (run.py --bidirectional)
+                 dropout:float=0.05,  # encoder, attention and readout dropout (run.py --dropout)
+                 bidirectional:bool=True,  # add reverse dependency edges (run.py --bidirectional)
                  score_range:tuple=(0.0, 1.0),  # (s_min, s_max) mapped to [0, 1] for training
                 ):
         super().__init__()
-        if d < 1 or hidden < 1 or layers < 1 or heads < 1: raise ValueError(f"d, hidden, layers and heads must be >= 1, got {d}, {hidden}, {layers}, {heads}")
+        if d < 1 or hidden < 1 or layers < 1 or heads < 1:
+            raise ValueError(
+                f"d, hidden, layers and heads must be >= 1, got {d}, {hidden}, {layers}, {heads}"
+            )
         if not 0 <= dropout < 1: raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self._set_range(score_range)
         self.topology, self.d, self.n_nodes = check_topology(topology), d, len(topology)
         d_mid = max(1, min(256, d // 8))
-        self.encoder = nn.Sequential(nn.Linear(d, d_mid), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_mid, hidden), nn.ReLU())
+        self.encoder = nn.Sequential(
+            nn.Linear(d, d_mid), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_mid, hidden), nn.ReLU()
+        )
         self.convs = nn.ModuleList(
-            GATv2Conv(hidden if l == 0 else hidden*heads, hidden, heads=heads, concat=(l < layers - 1) or layers == 1,
-                      dropout=dropout, add_self_loops=False)          # self-loops are in edge_index already
-            for l in range(layers))
-        out = hidden*heads if layers == 1 else hidden                 # last layer averages heads when L > 1
-        self.readout = nn.Sequential(nn.Linear(out, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1), nn.Sigmoid())
-        self.register_buffer("edge_index", build_edge_index(topology, bidirectional), persistent=False)   # from the topology, not a weight
+            GATv2Conv(
+                hidden if l == 0 else hidden * heads,
+                hidden,
+                heads=heads,
+                concat=(l < layers - 1) or layers == 1,
+                dropout=dropout,
+                add_self_loops=False,
+            )  # self-loops are in edge_index already
+            for l in range(layers)
+        )
+        out = hidden*heads if layers == 1 else hidden  # last layer averages heads when L > 1
+        self.readout = nn.Sequential(
+            nn.Linear(out, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, 1),
+            nn.Sigmoid(),
+        )
+        self.register_buffer(
+            "edge_index", build_edge_index(topology, bidirectional), persistent=False
+        )  # from the topology, not a weight
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -331,9 +522,13 @@ class WorkflowGAT(nn.Module, _ScoreScaling):
         "Predicted scaled scores `(B,)` of a batch of configurations `x` `(B, N, d)`."
         if x.ndim == 2: x = x[None]
         B, N, d = x.shape
-        if (N, d) != (self.n_nodes, self.d): raise ValueError(f"expected configurations of shape (B, {self.n_nodes}, {self.d}), got {tuple(x.shape)}")
+        if (N, d) != (self.n_nodes, self.d):
+            raise ValueError(
+                f"expected configurations of shape (B, {self.n_nodes}, {self.d}), got"
+                f" {tuple(x.shape)}"
+            )
         h = self.encoder(x.reshape(B*N, d))                           # (B*N, H)
-        ei = batch_edge_index(self.edge_index, N, B)                  # disjoint union of the B graphs
+        ei = batch_edge_index(self.edge_index, N, B)  # disjoint union of the B graphs
         for conv in self.convs: h = F.relu(conv(h, ei))               # (B*N, heads*H) or (B*N, H)
         return self.readout(h.view(B, N, -1).mean(1)).squeeze(-1)     # mean over nodes -> (B,)
 
@@ -343,23 +538,36 @@ def n_params(model:nn.Module)->int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 class WorkflowMLP(nn.Module, _ScoreScaling):
-    "MLP surrogate on the concatenated prompt embeddings (no graph): configuration `(B, N, d)` -> score in [0, 1]."
+    ("MLP surrogate on the concatenated prompt embeddings (no graph): configuration `(B, N, d)` ->"
+     " score in [0, 1].")
     def __init__(self, d:int,                   # embedding width of a prompt
                  n_nodes:int,                   # N, operators
                  hidden:int=32,                 # H, as in WorkflowGAT
                  heads:int=4,                   # width multiplier, to match the GAT's 4H features
                  dropout:float=0.05,
                  score_range:tuple=(0.0, 1.0),
-                 d_mid:int|None=None,           # first hidden width; None means min(256, N*d // 8), as the GAT's encoder rule
+                 # first hidden width; None means min(256, N*d // 8), as the GAT's encoder rule
+                 d_mid:int|None=None,
                 ):
         super().__init__()
-        if d < 1 or n_nodes < 1 or hidden < 1: raise ValueError(f"d, n_nodes and hidden must be >= 1, got {d}, {n_nodes}, {hidden}")
+        if d < 1 or n_nodes < 1 or hidden < 1:
+            raise ValueError(f"d, n_nodes and hidden must be >= 1, got {d}, {n_nodes}, {hidden}")
         if d_mid is not None and d_mid < 1: raise ValueError(f"d_mid must be >= 1, got {d_mid}")
         self._set_range(score_range)
         self.d, self.n_nodes = d, n_nodes
         d_mid = d_mid or max(1, min(256, n_nodes*d // 8))
-        self.net = nn.Sequential(nn.Linear(n_nodes*d, d_mid), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_mid, hidden*heads), nn.ReLU(),
-                                 nn.Linear(hidden*heads, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1), nn.Sigmoid())
+        self.net = nn.Sequential(
+            nn.Linear(n_nodes * d, d_mid),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(d_mid, hidden * heads),
+            nn.ReLU(),
+            nn.Linear(hidden * heads, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, 1),
+            nn.Sigmoid(),
+        )
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -370,42 +578,61 @@ class WorkflowMLP(nn.Module, _ScoreScaling):
     def forward(self, x:torch.Tensor)->torch.Tensor:
         "Predicted scaled scores `(B,)` of configurations `x` `(B, N, d)`."
         if x.ndim == 2: x = x[None]
-        if tuple(x.shape[1:]) != (self.n_nodes, self.d): raise ValueError(f"expected configurations of shape (B, {self.n_nodes}, {self.d}), got {tuple(x.shape)}")
+        if tuple(x.shape[1:]) != (self.n_nodes, self.d):
+            raise ValueError(
+                f"expected configurations of shape (B, {self.n_nodes}, {self.d}), got"
+                f" {tuple(x.shape)}"
+            )
         return self.net(x.flatten(1)).squeeze(-1)
 
 def matched_mlp_width(d:int, n_nodes:int,  # embedding width and number of operators
                       target:int,          # parameter count to match, e.g. `n_params` of the GAT
                       hidden:int=32, heads:int=4)->int:
     "The `d_mid` whose `WorkflowMLP` has the parameter count closest to `target`."
-    fixed = (hidden*heads)*(hidden + 1) + hidden + 1 + hidden*heads     # layers after the first, and the 2nd layer's bias
-    return max(1, round((target - fixed)/(n_nodes*d + 1 + hidden*heads)))   # each unit of d_mid: N*d weights, a bias, heads*H weights
+    # layers after the first, and the 2nd layer's bias
+    fixed = (hidden*heads)*(hidden + 1) + hidden + 1 + hidden*heads
+    # each unit of d_mid: N*d weights, a bias, heads*H weights
+    return max(1, round((target - fixed)/(n_nodes*d + 1 + hidden*heads)))
 
 # %% ../nbs/01_maspob.ipynb #75d8c211
-def fit_surrogate(model:nn.Module,         # a WorkflowGAT / WorkflowMLP (anything with scale_score and reset_parameters)
-                  X:torch.Tensor,          # (n, N, d) node features of the evaluated configurations
-                  y:torch.Tensor,          # (n,) observed scores, unscaled
-                  max_epochs:int=800,      # run.py --pretrain_epochs
-                  lr:float=5e-3,           # run.py --lr
-                  weight_decay:float=1e-5, # run.py --weight_decay
-                  patience:int=200,        # epochs without improvement before stopping (run.py --patience)
-                  min_delta:float=1e-10,   # an improvement must exceed this (run.py --min_delta)
-                  seed:int=0,              # seed of the initialisation and of the dropout masks
-                  reset:bool=True,         # re-initialise first ("retrain from scratch each round")
-                  losses:list|None=None,   # if a list, receives the training loss of every epoch
-                 )->dict:                  # {"loss": best training MSE, "epochs": epochs run}
-    "Fit `model` by full-batch MSE with Adam, LR-on-plateau and early stopping; keep the best weights."
-    X = torch.as_tensor(X, dtype=torch.float32); y = torch.as_tensor(y, dtype=torch.float32).flatten()
+def fit_surrogate(
+    # a WorkflowGAT / WorkflowMLP (anything with scale_score and reset_parameters)
+    model: nn.Module,
+    X: torch.Tensor,  # (n, N, d) node features of the evaluated configurations
+    y: torch.Tensor,  # (n,) observed scores, unscaled
+    max_epochs: int = 800,  # run.py --pretrain_epochs
+    lr: float = 5e-3,  # run.py --lr
+    weight_decay: float = 1e-5,  # run.py --weight_decay
+    # epochs without improvement before stopping (run.py --patience)
+    patience: int = 200,
+    min_delta: float = 1e-10,  # an improvement must exceed this (run.py --min_delta)
+    seed: int = 0,  # seed of the initialisation and of the dropout masks
+    reset: bool = True,  # re-initialise first ("retrain from scratch each round")
+    losses: list | None = None,  # if a list, receives the training loss of every epoch
+) -> dict:  # {"loss": best training MSE, "epochs": epochs run}
+    ("Fit `model` by full-batch MSE with Adam, LR-on-plateau and early stopping; keep the best "
+     "weights.")
+    X = torch.as_tensor(X, dtype=torch.float32)
+    y = torch.as_tensor(y, dtype=torch.float32).flatten()
     if X.ndim != 3 or X.shape[0] != y.shape[0] or X.shape[0] == 0:
-        raise ValueError(f"need X of shape (n, N, d) and y of shape (n,) with n >= 1, got {tuple(X.shape)} and {tuple(y.shape)}")
-    if max_epochs < 1 or patience < 1: raise ValueError(f"max_epochs and patience must be >= 1, got {max_epochs}, {patience}")
+        raise ValueError(
+            f"need X of shape (n, N, d) and y of shape (n,) with n >= 1, got {tuple(X.shape)} and"
+            f" {tuple(y.shape)}"
+        )
+    if max_epochs < 1 or patience < 1:
+        raise ValueError(f"max_epochs and patience must be >= 1, got {max_epochs}, {patience}")
     p0 = next(model.parameters()); X, t = X.to(p0.device), model.scale_score(y.to(p0.device))
     devs = [p0.device.index or 0] if p0.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devs):
         torch.manual_seed(seed)
         if reset: model.reset_parameters()
         params = list(model.parameters())
-        opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=p0.device.type in ("cpu", "cuda"))
-        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.7, patience=30, min_lr=1e-5)
+        opt = torch.optim.Adam(
+            params, lr=lr, weight_decay=weight_decay, fused=p0.device.type in ("cpu", "cuda")
+        )
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            opt, mode="min", factor=0.7, patience=30, min_lr=1e-5
+        )
         model.train()
         best, best_w, wait, ep = math.inf, None, 0, 0
         for ep in range(1, max_epochs + 1):
@@ -414,7 +641,7 @@ def fit_surrogate(model:nn.Module,         # a WorkflowGAT / WorkflowMLP (anythi
             loss.backward()
             l = loss.item()
             if losses is not None: losses.append(l)
-            if l < best - min_delta:                                  # snapshot the weights that reached this loss
+            if l < best - min_delta:  # snapshot the weights that reached this loss
                 best, wait = l, 0
                 best_w = nn.utils.parameters_to_vector(params).detach().clone()
             else: wait += 1
@@ -426,7 +653,8 @@ def fit_surrogate(model:nn.Module,         # a WorkflowGAT / WorkflowMLP (anythi
 
 # %% ../nbs/01_maspob.ipynb #0c5d9ad4
 class LinearUCB:
-    "Linear-UCB bonus on the flattened joint feature; keeps $A$ and $A^{-1}$ (Sherman-Morrison) in float64."
+    ("Linear-UCB bonus on the flattened joint feature; keeps $A$ and $A^{-1}$ (Sherman-Morrison) "
+     "in float64.")
     kind = "linear"
     def __init__(self, dim:int,         # Nd, length of the joint feature x(c)
                  lam:float=1.0,         # ridge lambda (run.py --lambda_reg)
@@ -434,7 +662,8 @@ class LinearUCB:
                  device:str="cpu",      # where A lives
                 ):
         if dim < 1: raise ValueError(f"dim must be >= 1, got {dim}")
-        if lam <= 0 or coef < 0: raise ValueError(f"need lam > 0 and coef >= 0, got lam={lam}, coef={coef}")
+        if lam <= 0 or coef < 0:
+            raise ValueError(f"need lam > 0 and coef >= 0, got lam={lam}, coef={coef}")
         self.dim, self.lam, self.coef = dim, float(lam), float(coef)
         self.A = lam*torch.eye(dim, dtype=torch.float64, device=device)
         self.A_inv = torch.eye(dim, dtype=torch.float64, device=device)/lam
@@ -444,18 +673,23 @@ class LinearUCB:
         x = torch.as_tensor(x).to(self.A.device, torch.float64)
         if x.ndim == 3: x = x.flatten(1)
         elif x.ndim == 1 or x.shape[-1] != self.dim: x = x.reshape(1, -1)
-        if x.shape[1] != self.dim: raise ValueError(f"features have length {x.shape[1]} but this UCB was built for dim={self.dim} (N*d)")
+        if x.shape[1] != self.dim:
+            raise ValueError(
+                f"features have length {x.shape[1]} but this UCB was built for dim={self.dim} (N*d)"
+            )
         return x
 
     def update(self, x:torch.Tensor):
-        "Add one evaluated configuration: $A \\leftarrow A + \\kappa x x^\\top$ and its Sherman-Morrison inverse."
+        ("Add one evaluated configuration: $A \\leftarrow A + \\kappa x x^\\top$ and its "
+         "Sherman-Morrison inverse.")
         x = self._flat(x)[0]
         Ax = self.A_inv @ x                                           # A^{-1} x
         self.A_inv -= self.coef*torch.outer(Ax, Ax)/(1 + self.coef*(x @ Ax))
         self.A += self.coef*torch.outer(x, x)
 
     def sigma(self, X:torch.Tensor)->torch.Tensor:
-        "Bonus $\\sigma(c) = \\sqrt{x^\\top A^{-1} x}$ for a batch `(B, N, d)` or `(B, Nd)`; returns `(B,)` float64."
+        ("Bonus $\\sigma(c) = \\sqrt{x^\\top A^{-1} x}$ for a batch `(B, N, d)` or `(B, Nd)`; "
+         "returns `(B,)` float64.")
         X = self._flat(X)
         return ((X @ self.A_inv)*X).sum(-1).clamp_min(0).sqrt()
 
@@ -475,20 +709,29 @@ class NeuralUCB:
     def __init__(self, model:nn.Module,  # the surrogate at its initial weights (copied and frozen)
                  lam:float=1.0, coef:float=10.0):
         import copy
-        if lam <= 0 or coef < 0: raise ValueError(f"need lam > 0 and coef >= 0, got lam={lam}, coef={coef}")
+        if lam <= 0 or coef < 0:
+            raise ValueError(f"need lam > 0 and coef >= 0, got lam={lam}, coef={coef}")
         self.frozen = copy.deepcopy(model).eval()
         self.params = [p for p in self.frozen.parameters()]
         self.coef = float(coef)
         self.A = lam*torch.ones(sum(p.numel() for p in self.params), dtype=torch.float64)
 
     def features(self, X:torch.Tensor)->torch.Tensor:
-        "Gradients $g(c) = \\nabla_\\theta \\hat y(c)$ at the frozen weights, one row per configuration `(B, P)`."
+        ("Gradients $g(c) = \\nabla_\\theta \\hat y(c)$ at the frozen weights, one row per "
+         "configuration `(B, P)`.")
         X = torch.as_tensor(X, dtype=torch.float32)
         if X.ndim == 2: X = X[None]
         rows = []
         for b in range(X.shape[0]):
             g = torch.autograd.grad(self.frozen(X[b:b+1]).sum(), self.params, allow_unused=True)
-            rows.append(torch.cat([(gi if gi is not None else torch.zeros_like(p)).flatten() for gi, p in zip(g, self.params)]))
+            rows.append(
+                torch.cat(
+                    [
+                        (gi if gi is not None else torch.zeros_like(p)).flatten()
+                        for gi, p in zip(g, self.params)
+                    ]
+                )
+            )
         return torch.stack(rows).to(torch.float64).cpu()
 
     def update(self, x:torch.Tensor): self.A += self.coef*self.features(x)[0]**2
@@ -510,14 +753,18 @@ def make_ucb(kind:str,                 # "linear" (official default), "neural" o
 def coordinate_ascent(score_fn:Callable,   # (B, N) long configurations -> (B,) UCB values
                       C:Sequence[int],     # pool size of every operator
                       current:Sequence[int], # starting configuration
-                      order:Sequence[int]|None=None, # operators to visit; default topology order 0..N-1
-                      trace:list|None=None, # if a list, receives the UCB of the current configuration after each step
+                      # operators to visit; default topology order 0..N-1
+                      order:Sequence[int]|None=None,
+                      # if a list, receives the UCB of the current configuration after each step
+                      trace:list|None=None,
                      )->list[int]:          # the configuration after one sweep
-    "One coordinate-ascent sweep: each operator in turn takes the candidate that maximises `score_fn`."
+    ("One coordinate-ascent sweep: each operator in turn takes the candidate that maximises "
+     "`score_fn`.")
     cur = [int(c) for c in current]
-    if len(cur) != len(C): raise ValueError(f"current has {len(cur)} entries but there are {len(C)} operators")
+    if len(cur) != len(C):
+        raise ValueError(f"current has {len(cur)} entries but there are {len(C)} operators")
     for i in (range(len(C)) if order is None else order):
-        cand = torch.tensor(cur).repeat(C[i], 1)                      # (C_i, N): everyone else held fixed
+        cand = torch.tensor(cur).repeat(C[i], 1)  # (C_i, N): everyone else held fixed
         cand[:, i] = torch.arange(C[i])
         s = np.asarray(torch.as_tensor(score_fn(cand)).detach().cpu(), dtype=np.float64)
         cur[i] = int(np.argmax(s))                                    # first maximum wins ties
@@ -535,7 +782,7 @@ def all_configs(C:Sequence[int], start:int=0, stop:int|None=None)->torch.Tensor:
 def exhaustive_search(score_fn:Callable,   # (B, N) long configurations -> (B,) UCB values
                       C:Sequence[int],     # pool size of every operator
                       chunk:int=8192,      # configurations scored per call
-                     )->list[int]:          # the argmax over the whole product space (first on ties)
+                     )->list[int]:  # the argmax over the whole product space (first on ties)
     "Score every configuration of the product space in chunks and return the best."
     best, best_c = -math.inf, None
     for a in range(0, math.prod(C), chunk):
@@ -551,7 +798,7 @@ class History:
     "Everything a run evaluated, in order."
     configs: list = field(default_factory=list)   # configurations, tuples of candidate indices
     scores: list = field(default_factory=list)    # observed objective values
-    mu: list = field(default_factory=list)        # surrogate prediction when chosen (NaN in pretraining)
+    mu: list = field(default_factory=list)  # surrogate prediction when chosen (NaN in pretraining)
     sigma: list = field(default_factory=list)     # exploration bonus when chosen
     ucb: list = field(default_factory=list)       # mu + alpha*sigma when chosen
     phase: list = field(default_factory=list)     # "pretrain", "round" or a baseline's name
@@ -564,7 +811,8 @@ class History:
         self.phase.append(phase); self.time.append(float(t))
     def __len__(self): return len(self.scores)
     def best(self, t:int|None=None)->tuple:
-        "The selected configuration and its observed score after the first `t` evaluations (default all)."
+        ("The selected configuration and its observed score after the first `t` evaluations "
+         "(default all).")
         return select_best(self.configs[:t], self.scores[:t])
     def selections(self)->list[tuple]:
         "The selected configuration after each evaluation 1..T."
@@ -573,61 +821,118 @@ class History:
 def select_best(configs:Sequence[tuple], # evaluated configurations, in order
                 scores:Sequence[float],  # their observed scores
                )->tuple:                 # (configuration, score)
-    "Highest observed score over unique configurations (each keeps its max); ties keep the first seen."
-    if len(configs) == 0 or len(configs) != len(scores): raise ValueError("need as many scores as configurations, at least one")
+    ("Highest observed score over unique configurations (each keeps its max); ties keep the first "
+     "seen.")
+    if len(configs) == 0 or len(configs) != len(scores):
+        raise ValueError("need as many scores as configurations, at least one")
     best = {}
     for c, s in zip(configs, scores):
         c = tuple(c)
         if c not in best or s > best[c]: best[c] = s
-    c_star = max(best, key=best.get)                                  # max returns the first of equal values
+    c_star = max(best, key=best.get)  # max returns the first of equal values
     return c_star, best[c_star]
 
 # %% ../nbs/01_maspob.ipynb #0e608265
-SURROGATES, UCBS, SEARCHES = ("gat", "mlp"), ("linear", "neural", "greedy"), ("coordinate", "exhaustive")
+SURROGATES, UCBS, SEARCHES = (
+    ("gat", "mlp"),
+    ("linear", "neural", "greedy"),
+    ("coordinate", "exhaustive"),
+)
 
 class MASPOB:
     "MASPOB: GNN surrogate + UCB + coordinate ascent over one prompt per operator of a workflow."
-    def __init__(self, emb:Sequence[torch.Tensor], # one (C_i, d) embedding matrix of the candidate prompts per operator
-                 topology:Sequence[dict],   # the workflow, operators in the same order as `emb`
-                 alpha:float=0.2,           # UCB weight (run.py --ucb_alpha)
-                 lam:float=1.0,             # UCB ridge (run.py --lambda_reg)
-                 kappa:float=10.0,          # UCB update weight (run.py --fisher_coef)
-                 n_pretrain:int=5,          # random pretrain rounds (run.py --pretrain_rounds)
-                 epochs:int=800,            # max epochs per retrain (run.py --pretrain_epochs)
-                 patience:int=200,          # early-stopping patience (run.py --patience)
-                 min_delta:float=1e-10,     # early-stopping tolerance (run.py --min_delta)
-                 lr:float=5e-3,             # Adam learning rate (run.py --lr)
-                 weight_decay:float=1e-5,   # Adam weight decay (run.py --weight_decay)
-                 hidden:int=32, layers:int=1, heads:int=4, dropout:float=0.05, # surrogate size (run.py defaults)
-                 bidirectional:bool=True,   # reverse dependency edges in the graph
-                 score_range:tuple=(0.0, 1.0), # scores mapped to [0, 1] for training (GSM8K: (0.8, 1.0))
-                 surrogate:str="gat",       # "gat" (the method) or "mlp" (no graph, as many parameters as the GAT)
-                 ucb:str="linear",          # "linear" (default), "neural" or "greedy"
-                 search:str="coordinate",   # "coordinate" (default) or "exhaustive"
-                 seed:int=0,                # seed of the pretrain draws, initialisations and dropout
-                 device:str="cpu",          # where the surrogate and A live (tiny networks: CPU is fastest)
-                ):
+    def __init__(
+        self,
+        emb: Sequence[
+            torch.Tensor
+        ],  # one (C_i, d) embedding matrix of the candidate prompts per operator
+        topology: Sequence[dict],  # the workflow, operators in the same order as `emb`
+        alpha: float = 0.2,  # UCB weight (run.py --ucb_alpha)
+        lam: float = 1.0,  # UCB ridge (run.py --lambda_reg)
+        kappa: float = 10.0,  # UCB update weight (run.py --fisher_coef)
+        n_pretrain: int = 5,  # random pretrain rounds (run.py --pretrain_rounds)
+        epochs: int = 800,  # max epochs per retrain (run.py --pretrain_epochs)
+        patience: int = 200,  # early-stopping patience (run.py --patience)
+        min_delta: float = 1e-10,  # early-stopping tolerance (run.py --min_delta)
+        lr: float = 5e-3,  # Adam learning rate (run.py --lr)
+        weight_decay: float = 1e-5,  # Adam weight decay (run.py --weight_decay)
+        # surrogate size (run.py defaults)
+        hidden: int = 32,
+        layers: int = 1,
+        heads: int = 4,
+        dropout: float = 0.05,
+        bidirectional: bool = True,  # reverse dependency edges in the graph
+        # scores mapped to [0, 1] for training (GSM8K: (0.8, 1.0))
+        score_range: tuple = (0.0, 1.0),
+        # "gat" (the method) or "mlp" (no graph, as many parameters as the GAT)
+        surrogate: str = "gat",
+        ucb: str = "linear",  # "linear" (default), "neural" or "greedy"
+        search: str = "coordinate",  # "coordinate" (default) or "exhaustive"
+        seed: int = 0,  # seed of the pretrain draws, initialisations and dropout
+        device: str = "cpu",  # where the surrogate and A live (tiny networks: CPU is fastest)
+    ):
         self.topology = check_topology(topology)
         self.emb = [e.to(device) for e in check_embeddings(emb, len(self.topology))]
-        for name, v, ok in [("surrogate", surrogate, SURROGATES), ("ucb", ucb, UCBS), ("search", search, SEARCHES)]:
+        for name, v, ok in [
+            ("surrogate", surrogate, SURROGATES),
+            ("ucb", ucb, UCBS),
+            ("search", search, SEARCHES),
+        ]:
             if v not in ok: raise ValueError(f"{name} must be one of {ok}, got {v!r}")
         if alpha < 0: raise ValueError(f"alpha must be >= 0, got {alpha}")
-        if n_pretrain < 1: raise ValueError(f"n_pretrain must be >= 1 (the surrogate needs data), got {n_pretrain}")
-        if epochs < 1 or patience < 1: raise ValueError(f"epochs and patience must be >= 1, got {epochs}, {patience}")
+        if n_pretrain < 1:
+            raise ValueError(
+                f"n_pretrain must be >= 1 (the surrogate needs data), got {n_pretrain}"
+            )
+        if epochs < 1 or patience < 1:
+            raise ValueError(f"epochs and patience must be >= 1, got {epochs}, {patience}")
         self.C, self.d, self.N = [e.shape[0] for e in self.emb], self.emb[0].shape[1], len(self.emb)
         self.alpha, self.lam, self.kappa, self.n_pretrain = float(alpha), lam, kappa, n_pretrain
-        self.fit_kw = dict(max_epochs=epochs, lr=lr, weight_decay=weight_decay, patience=patience, min_delta=min_delta)
+        self.fit_kw = dict(
+            max_epochs=epochs,
+            lr=lr,
+            weight_decay=weight_decay,
+            patience=patience,
+            min_delta=min_delta,
+        )
         self.net_kw = dict(hidden=hidden, heads=heads, dropout=dropout, score_range=score_range)
         self.layers, self.bidirectional = layers, bidirectional
-        self.surrogate, self.ucb_kind, self.search, self.seed, self.device = surrogate, ucb, search, seed, device
+        self.surrogate, self.ucb_kind, self.search, self.seed, self.device = (
+            surrogate,
+            ucb,
+            search,
+            seed,
+            device,
+        )
 
     def make_surrogate(self)->nn.Module:
         "A fresh surrogate of the chosen kind."
         if self.surrogate == "gat":
-            m = WorkflowGAT(self.d, self.topology, layers=self.layers, bidirectional=self.bidirectional, **self.net_kw)
-        else:                                                          # as many parameters as the GAT it replaces
-            target = n_params(WorkflowGAT(self.d, self.topology, layers=self.layers, bidirectional=self.bidirectional, **self.net_kw))
-            m = WorkflowMLP(self.d, self.N, d_mid=matched_mlp_width(self.d, self.N, target, self.net_kw["hidden"], self.net_kw["heads"]), **self.net_kw)
+            m = WorkflowGAT(
+                self.d,
+                self.topology,
+                layers=self.layers,
+                bidirectional=self.bidirectional,
+                **self.net_kw
+            )
+        else:  # as many parameters as the GAT it replaces
+            target = n_params(
+                WorkflowGAT(
+                    self.d,
+                    self.topology,
+                    layers=self.layers,
+                    bidirectional=self.bidirectional,
+                    **self.net_kw
+                )
+            )
+            m = WorkflowMLP(
+                self.d,
+                self.N,
+                d_mid=matched_mlp_width(
+                    self.d, self.N, target, self.net_kw["hidden"], self.net_kw["heads"]
+                ),
+                **self.net_kw
+            )
         return m.to(self.device)
 
     def features(self, configs)->torch.Tensor:
@@ -649,51 +954,79 @@ def ucb_scores(model:nn.Module,  # trained surrogate
 
 # %% ../nbs/01_maspob.ipynb #595a064b
 def _check_score(y, c)->float:
-    try: y = float(y)
-    except (TypeError, ValueError): raise TypeError(f"objective({c}) returned {y!r}; it must return one number") from None
-    if not math.isfinite(y): raise ValueError(f"objective({c}) returned {y}; it must return a finite number")
+    try:
+        y = float(y)
+    except (TypeError, ValueError):
+        raise TypeError(f"objective({c}) returned {y!r}; it must return one number") from None
+    if not math.isfinite(y):
+        raise ValueError(f"objective({c}) returned {y}; it must return a finite number")
     return y
 
 def _check_budget(budget, n_pretrain):
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < n_pretrain:
-        raise ValueError(f"budget must be an integer >= n_pretrain={n_pretrain} (the pretrain rounds come out of the "
-                         f"budget), got {budget!r}")
+        raise ValueError(
+            f"budget must be an integer >= n_pretrain={n_pretrain} (the pretrain rounds come out of"
+            f" the budget), got {budget!r}"
+        )
 
 @patch
 def run(self:MASPOB,
-         objective:Callable,   # configuration (tuple of candidate indices) -> score, e.g. a MAS's validation accuracy
+         # configuration (tuple of candidate indices) -> score, e.g. a MAS's validation accuracy
+         objective:Callable,
          budget:int,           # total evaluations T (pretrain rounds included)
          show_progress:bool=False, # progress bar over the rounds
         )->History:
-    "Optimise `objective` with `budget` evaluations; returns the `History` (see `History.best` for the selection)."
+    ("Optimise `objective` with `budget` evaluations; returns the `History` (see `History.best` "
+     "for the selection).")
     _check_budget(budget, self.n_pretrain)
     rng, hist, t0 = np.random.default_rng(self.seed), History(), time.perf_counter()
     fit_seed = lambda: int(rng.integers(2**31 - 1))
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(self.seed); model = self.make_surrogate()    # the initial weights (frozen copy for neural UCB)
-    ucb = make_ucb(self.ucb_kind, dim=self.N*self.d, model=model, lam=self.lam, coef=self.kappa, device=self.device)
+        # the initial weights (frozen copy for neural UCB)
+        torch.manual_seed(self.seed); model = self.make_surrogate()
+    ucb = make_ucb(
+        self.ucb_kind,
+        dim=self.N * self.d,
+        model=model,
+        lam=self.lam,
+        coef=self.kappa,
+        device=self.device,
+    )
     data_x = []
-    for _ in range(self.n_pretrain):                                   # step 1: uniform random configurations
+    for _ in range(self.n_pretrain):  # step 1: uniform random configurations
         c = [int(rng.integers(k)) for k in self.C]
         x = self.features([c])
         with torch.enable_grad(): sg = float(ucb.sigma(x)[0])
         y = _check_score(objective(tuple(c)), c)
         ucb.update(x[0]); data_x.append(x[0])
         hist.add(c, y, sigma=sg, phase="pretrain", t=time.perf_counter() - t0)
-    hist.fits.append(fit_surrogate(model, torch.stack(data_x), torch.tensor(hist.scores), seed=fit_seed(), **self.fit_kw))
+    hist.fits.append(
+        fit_surrogate(
+            model, torch.stack(data_x), torch.tensor(hist.scores), seed=fit_seed(), **self.fit_kw
+        )
+    )
     current = list(select_best(hist.configs, hist.scores)[0])          # step 2
     n_rounds = budget - self.n_pretrain
     score_fn = lambda cfgs: ucb_scores(model, ucb, self.features(cfgs), self.alpha)[2]
     for r in progress(range(n_rounds), desc="MASPOB rounds", disable=not show_progress):
-        if self.search == "coordinate": current = coordinate_ascent(score_fn, self.C, current)   # step 3
+        # step 3
+        if self.search == "coordinate": current = coordinate_ascent(score_fn, self.C, current)
         else: current = exhaustive_search(score_fn, self.C)
         x = self.features([current])
         mu, sg, u = (float(v[0]) for v in ucb_scores(model, ucb, x, self.alpha))
         y = _check_score(objective(tuple(current)), current)
         ucb.update(x[0]); data_x.append(x[0])
         hist.add(current, y, mu, sg, u, phase="round", t=time.perf_counter() - t0)
-        if r < n_rounds - 1:                                           # re-initialise and retrain on all data
-            hist.fits.append(fit_surrogate(model, torch.stack(data_x), torch.tensor(hist.scores), seed=fit_seed(), **self.fit_kw))
+        if r < n_rounds - 1:  # re-initialise and retrain on all data
+            hist.fits.append(
+                fit_surrogate(
+                    model,
+                    torch.stack(data_x),
+                    torch.tensor(hist.scores),
+                    seed=fit_seed(),
+                    **self.fit_kw
+                )
+            )
     self.model, self.ucb = model, ucb
     return hist
 
@@ -708,7 +1041,9 @@ def random_search(objective:Callable, # configuration -> score
     rng, hist, t0 = np.random.default_rng(seed), History(), time.perf_counter()
     for _ in range(budget):
         c = [int(rng.integers(k)) for k in C]
-        hist.add(c, _check_score(objective(tuple(c)), c), phase="random", t=time.perf_counter() - t0)
+        hist.add(
+            c, _check_score(objective(tuple(c)), c), phase="random", t=time.perf_counter() - t0
+        )
     return hist
 
 def independent_ucb(objective:Callable, # configuration -> score
@@ -721,7 +1056,7 @@ def independent_ucb(objective:Callable, # configuration -> score
     _check_budget(budget, 1)
     rng, hist, t0 = np.random.default_rng(seed), History(), time.perf_counter()
     n = [np.zeros(k) for k in C]; s = [np.zeros(k) for k in C]
-    order = [rng.permutation(k) for k in C]                           # untried arms are played in a random order
+    order = [rng.permutation(k) for k in C]  # untried arms are played in a random order
     for t in range(1, budget + 1):
         c = []
         for i, k in enumerate(C):
@@ -735,31 +1070,42 @@ def independent_ucb(objective:Callable, # configuration -> score
 
 # %% ../nbs/01_maspob.ipynb #74dd634c
 class GPSurrogate:
-    "Gaussian-process regression on the flattened joint feature (scikit-learn), with the GP-UCB acquisition."
+    ("Gaussian-process regression on the flattened joint feature (scikit-learn), with the GP-UCB "
+     "acquisition.")
     def __init__(self, seed:int=0,          # seed of the hyperparameter restarts
                  n_restarts:int=2,          # extra marginal-likelihood optimiser starts
                 ):
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, RBF, WhiteKernel
-        kernel = ConstantKernel(1.0, (1e-3, 1e3))*RBF(1.0, (1e-2, 1e2)) + WhiteKernel(1e-2, (1e-6, 1.0))
-        self.gp = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=n_restarts, random_state=seed)
+        kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(1.0, (1e-2, 1e2)) + WhiteKernel(
+            1e-2, (1e-6, 1.0)
+        )
+        self.gp = GaussianProcessRegressor(
+            kernel, normalize_y=True, n_restarts_optimizer=n_restarts, random_state=seed
+        )
 
     def fit(self, X:torch.Tensor, y)->"GPSurrogate":
-        "Fit kernel hyperparameters and posterior on configurations `X` `(n, N, d)` with scores `y` `(n,)`."
+        ("Fit kernel hyperparameters and posterior on configurations `X` `(n, N, d)` with scores "
+         "`y` `(n,)`.")
         import warnings
         from sklearn.exceptions import ConvergenceWarning
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)        # a hyperparameter at its bound is not an error here
+            # a hyperparameter at its bound is not an error here
+            warnings.simplefilter("ignore", ConvergenceWarning)
             y = np.asarray(y, dtype=np.float64)
             self.gp.fit(torch.as_tensor(X).flatten(1).double().numpy(), y)
-        self.y_std = float(y.std()) or 1.0                             # the scale normalize_y divides by
+        self.y_std = float(y.std()) or 1.0  # the scale normalize_y divides by
         return self
 
     def predict(self, X:torch.Tensor)->tuple:
-        "Posterior mean and standard deviation of the noise-free score, `(B,)` float64 each, of configurations `X` `(B, N, d)`."
+        ("Posterior mean and standard deviation of the noise-free score, `(B,)` float64 each, of "
+         "configurations `X` `(B, N, d)`.")
         mu, sd = self.gp.predict(torch.as_tensor(X).flatten(1).double().numpy(), return_std=True)
-        noise = self.gp.kernel_.k2.noise_level*self.y_std**2              # sklearn's std includes the white-noise term
-        return torch.from_numpy(np.asarray(mu)), torch.from_numpy(np.sqrt(np.clip(np.asarray(sd)**2 - noise, 0, None)))
+        # sklearn's std includes the white-noise term
+        noise = self.gp.kernel_.k2.noise_level*self.y_std**2
+        return torch.from_numpy(np.asarray(mu)), torch.from_numpy(
+            np.sqrt(np.clip(np.asarray(sd) ** 2 - noise, 0, None))
+        )
 
 def gp_ucb(objective:Callable,            # configuration -> score
            emb:Sequence[torch.Tensor],    # one (C_i, d) embedding matrix per operator
@@ -767,23 +1113,31 @@ def gp_ucb(objective:Callable,            # configuration -> score
            seed:int=0,                    # seed of the pretrain draws and of the GP restarts
            n_pretrain:int=5,              # uniform random draws first, as MASPOB
            beta_sqrt:float=2.0,           # UCB weight of the posterior standard deviation
-           search:str="coordinate",       # "coordinate" (one sweep per round, as MASPOB) or "exhaustive"
+           search:str="coordinate",  # "coordinate" (one sweep per round, as MASPOB) or "exhaustive"
            n_restarts:int=2,              # GP hyperparameter restarts per fit
           )->History:
-    "GP-UCB on concatenated prompt embeddings, with MASPOB's pretrain draws, search, budget and selection."
+    ("GP-UCB on concatenated prompt embeddings, with MASPOB's pretrain draws, search, budget and "
+     "selection.")
     emb = check_embeddings(emb); C = [len(e) for e in emb]
     _check_budget(budget, n_pretrain)
     if search not in SEARCHES: raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
     rng, hist, t0 = np.random.default_rng(seed), History(), time.perf_counter()
-    for _ in range(n_pretrain):                                        # the same draws as MASPOB's pretraining
+    for _ in range(n_pretrain):  # the same draws as MASPOB's pretraining
         c = [int(rng.integers(k)) for k in C]
-        hist.add(c, _check_score(objective(tuple(c)), c), phase="pretrain", t=time.perf_counter() - t0)
+        hist.add(
+            c, _check_score(objective(tuple(c)), c), phase="pretrain", t=time.perf_counter() - t0
+        )
     gp, current = GPSurrogate(seed, n_restarts), list(select_best(hist.configs, hist.scores)[0])
     def score_fn(cfgs):
         mu, sd = gp.predict(config_features(emb, cfgs)); return mu + beta_sqrt*sd
     for _ in range(budget - n_pretrain):
-        gp.fit(config_features(emb, hist.configs), hist.scores)       # refit on all data, hyperparameters included
-        current = coordinate_ascent(score_fn, C, current) if search == "coordinate" else exhaustive_search(score_fn, C)
+        # refit on all data, hyperparameters included
+        gp.fit(config_features(emb, hist.configs), hist.scores)
+        current = (
+            coordinate_ascent(score_fn, C, current)
+            if search == "coordinate"
+            else exhaustive_search(score_fn, C)
+        )
         mu, sd = (float(v[0]) for v in gp.predict(config_features(emb, [current])))
         y = _check_score(objective(tuple(current)), current)
         hist.add(current, y, mu, sd, mu + beta_sqrt*sd, phase="gp_ucb", t=time.perf_counter() - t0)
@@ -791,9 +1145,10 @@ def gp_ucb(objective:Callable,            # configuration -> score
 
 # %% ../nbs/01_maspob.ipynb #a6c19943
 class SyntheticMAS:
-    "Synthetic MAS objective on real prompt embeddings: hidden per-agent quality plus coupling on the workflow edges."
+    ("Synthetic MAS objective on real prompt embeddings: hidden per-agent quality plus coupling on"
+     " the workflow edges.")
     def __init__(self, emb:Sequence,            # one (C_i, d) embedding matrix per operator
-                 topology:Sequence[dict],       # the workflow; its dependency edges carry the coupling
+                 topology:Sequence[dict],  # the workflow; its dependency edges carry the coupling
                  gamma:float=1.0,               # coupling strength (0: additive, no coupling)
                  n_val:int=100,                 # validation items behind one noisy evaluation
                  temp:float=0.6,                # logit scale: p = sigmoid(temp * z)
@@ -804,28 +1159,39 @@ class SyntheticMAS:
         ops = check_topology(topology)
         E = [e.double().numpy() for e in check_embeddings(emb, len(ops))]
         self.C, N = [e.shape[0] for e in E], len(E)
-        if math.prod(self.C) > max_configs: raise ValueError(f"{math.prod(self.C):,} configurations exceed max_configs={max_configs:,}; use smaller pools")
+        if math.prod(self.C) > max_configs:
+            raise ValueError(
+                f"{math.prod(self.C):,} configurations exceed max_configs={max_configs:,}; use"
+                " smaller pools"
+            )
         if n_val < 1: raise ValueError(f"n_val must be >= 1, got {n_val}")
-        self.topology, self.gamma, self.n_val, self.temp = ops, float(gamma), int(n_val), float(temp)
+        self.topology, self.gamma, self.n_val, self.temp = (
+            ops,
+            float(gamma),
+            int(n_val),
+            float(temp),
+        )
         rng, d = np.random.default_rng(seed), E[0].shape[1]
         axis = lambda i: [slice(None) if k == i else None for k in range(N)]
         Q = np.zeros(self.C)
-        for i in range(N): Q = Q + (E[i] @ rng.standard_normal(d))[tuple(axis(i))]      # q_i(c_i) broadcast
+        # q_i(c_i) broadcast
+        for i in range(N): Q = Q + (E[i] @ rng.standard_normal(d))[tuple(axis(i))]
         K, idx = np.zeros(self.C), {o["name"]: i for i, o in enumerate(ops)}
         for i, o in enumerate(ops):
             for dep in o["dependencies"]:
                 j = idx[dep]
                 U, V = rng.standard_normal((d, rank)), rng.standard_normal((d, rank))
-                k_ji = (E[j] @ U) @ (E[i] @ V).T                                          # (C_j, C_i)
+                k_ji = (E[j] @ U) @ (E[i] @ V).T  # (C_j, C_i)
                 sl = [None]*N; sl[j] = sl[i] = slice(None)
                 K = K + (k_ji if j < i else k_ji.T)[tuple(sl)]
         std = lambda a: (a - a.mean())/a.std() if a.std() > 0 else a - a.mean()
         z = std(std(Q) + self.gamma*std(K))
-        self.p = 1/(1 + np.exp(-self.temp*z))                          # success probability of every configuration
+        self.p = 1/(1 + np.exp(-self.temp*z))  # success probability of every configuration
         self.reset_noise(seed)
 
     def reset_noise(self, seed:int):
-        "Restart the evaluation noise from `seed` (methods that share a seed see the same noise stream)."
+        ("Restart the evaluation noise from `seed` (methods that share a seed see the same noise "
+         "stream).")
         self.rng = np.random.default_rng([seed, 7919])
     def true_p(self, c)->float:
         "Noise-free score $p(c)$ (the 'test score')."
@@ -839,12 +1205,55 @@ class SyntheticMAS:
         return tuple(int(i) for i in np.unravel_index(k, self.p.shape)), float(self.p.flat[k])
 
 # %% ../nbs/01_maspob.ipynb #2f57c08d
-_PEOPLE = ["Ana", "Ben", "Carla", "Dev", "Elif", "Femi", "Goran", "Hana", "Ivan", "Jun", "Kofi", "Lena", "Mateo", "Nia",
-           "Omar", "Priya", "Quinn", "Rosa", "Sami", "Tara", "Umar", "Vera", "Wen", "Yusuf", "Zoe"]
-_CITIES = {"Oslo": "Norway", "Lyon": "France", "Porto": "Portugal", "Osaka": "Japan", "Cusco": "Peru",
-           "Graz": "Austria", "Leeds": "England", "Turin": "Italy", "Bergen": "Norway", "Kyoto": "Japan",
-           "Seville": "Spain", "Munich": "Germany", "Krakow": "Poland", "Austin": "America", "Quebec": "Canada",
-           "Nairobi": "Kenya", "Hanoi": "Vietnam", "Cairo": "Egypt", "Lima": "Peru", "Dublin": "Ireland"}
+_PEOPLE = [
+    "Ana",
+    "Ben",
+    "Carla",
+    "Dev",
+    "Elif",
+    "Femi",
+    "Goran",
+    "Hana",
+    "Ivan",
+    "Jun",
+    "Kofi",
+    "Lena",
+    "Mateo",
+    "Nia",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sami",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Wen",
+    "Yusuf",
+    "Zoe",
+]
+_CITIES = {
+    "Oslo": "Norway",
+    "Lyon": "France",
+    "Porto": "Portugal",
+    "Osaka": "Japan",
+    "Cusco": "Peru",
+    "Graz": "Austria",
+    "Leeds": "England",
+    "Turin": "Italy",
+    "Bergen": "Norway",
+    "Kyoto": "Japan",
+    "Seville": "Spain",
+    "Munich": "Germany",
+    "Krakow": "Poland",
+    "Austin": "America",
+    "Quebec": "Canada",
+    "Nairobi": "Kenya",
+    "Hanoi": "Vietnam",
+    "Cairo": "Egypt",
+    "Lima": "Peru",
+    "Dublin": "Ireland",
+}
 
 def make_two_hop_qa(n:int,            # number of items
                     seed:int=0,       # seed of the draws
@@ -861,92 +1270,155 @@ def make_two_hop_qa(n:int,            # number of items
             extra.append(f"{c3} is in {_CITIES[c3]}.")
         facts += extra[:int(rng.integers(n_facts[0], n_facts[1] + 1)) - 2]
         rng.shuffle(facts)
-        out.append(dict(context=" ".join(facts), question=f"Which country does {person} live in?", answer=_CITIES[city]))
+        out.append(
+            dict(
+                context=" ".join(facts),
+                question=f"Which country does {person} live in?",
+                answer=_CITIES[city],
+            )
+        )
     return out
 
 def normalize_answer(s:str)->str:
-    "First non-empty line, lower case, without punctuation, articles and extra spaces (SQuAD-style)."
+    ("First non-empty line, lower case, without punctuation, articles and extra spaces "
+     "(SQuAD-style).")
     line = next((l for l in s.strip().splitlines() if l.strip()), "")
     line = line.lower().translate(str.maketrans("", "", string.punctuation))
     return " ".join(w for w in line.split() if w not in ("a", "an", "the"))
 
 def answer_match(pred:str, gold:str, metric:str="em")->bool:
-    "Exact match (`em`) of the normalised answers, or `contains`: the gold answer appears as whole words in the prediction."
+    ("Exact match (`em`) of the normalised answers, or `contains`: the gold answer appears as "
+     "whole words in the prediction.")
     p, g = normalize_answer(pred), normalize_answer(gold)
     if metric == "em": return p == g
     if metric == "contains": return f" {g} " in f" {p} "
     raise ValueError(f"metric must be 'em' or 'contains', got {metric!r}")
 
 # %% ../nbs/01_maspob.ipynb #6b79d0bc
-SMOL_TOPOLOGY = [dict(name="Extractor", dependencies=[]), dict(name="Answerer", dependencies=["Extractor"]),
-                 dict(name="Formatter", dependencies=["Answerer"])]
+SMOL_TOPOLOGY = [
+    dict(name="Extractor", dependencies=[]),
+    dict(name="Answerer", dependencies=["Extractor"]),
+    dict(name="Formatter", dependencies=["Answerer"]),
+]
 SMOL_PLACEHOLDERS = ({"context", "question"}, {"context", "question"}, {"question", "draft"})
 
 class SmolMAS:
-    "A real Extractor -> Answerer -> Formatter LLM pipeline on 2-hop QA; exact-match score of a configuration, cached."
-    def __init__(self, model, tok,                # a causal LM and tokenizer, e.g. `load_causal_lm(llm_path, device)`
-                 pools:Sequence[Sequence[str]],   # candidate prompts of the three agents (placeholders as SMOL_PLACEHOLDERS)
-                 val_items:Sequence[dict],        # {"context", "question", "answer"} items for the objective
-                 test_items:Sequence[dict],       # held-out items for `test_score`
-                 max_new_tokens:tuple=(48, 32, 8), # generation length per agent
-                 chat:tuple=(True, True, False),  # per agent: chat template, or plain text completion (Formatter)
-                 batch_size:int=64,               # prompts per generation batch
-                 metric:str="em",                 # "em" (exact match) or "contains" (see `answer_match`)
-                ):
-        if metric not in ("em", "contains"): raise ValueError(f"metric must be 'em' or 'contains', got {metric!r}")
-        if len(pools) != 3: raise ValueError(f"SmolMAS has 3 agents (Extractor, Answerer, Formatter); got {len(pools)} pools")
+    ("A real Extractor -> Answerer -> Formatter LLM pipeline on 2-hop QA; exact-match score of a "
+     "configuration, cached.")
+    def __init__(
+        self,
+        model,
+        tok,  # a causal LM and tokenizer, e.g. `load_causal_lm(model_path, device)`
+        # candidate prompts of the three agents (placeholders as SMOL_PLACEHOLDERS)
+        pools: Sequence[Sequence[str]],
+        # {"context", "question", "answer"} items for the objective
+        val_items: Sequence[dict],
+        test_items: Sequence[dict],  # held-out items for `test_score`
+        max_new_tokens: tuple = (48, 32, 8),  # generation length per agent
+        # per agent: chat template, or plain text completion (Formatter)
+        chat: tuple = (True, True, False),
+        batch_size: int = 64,  # prompts per generation batch
+        metric: str = "em",  # "em" (exact match) or "contains" (see `answer_match`)
+    ):
+        if metric not in ("em", "contains"):
+            raise ValueError(f"metric must be 'em' or 'contains', got {metric!r}")
+        if len(pools) != 3:
+            raise ValueError(
+                f"SmolMAS has 3 agents (Extractor, Answerer, Formatter); got {len(pools)} pools"
+            )
         for k, (p, need) in enumerate(zip(pools, SMOL_PLACEHOLDERS)):
-            if isinstance(p, str) or len(p) == 0: raise ValueError(f"pool {k} is empty: every agent needs at least one prompt")
+            if isinstance(p, str) or len(p) == 0:
+                raise ValueError(f"pool {k} is empty: every agent needs at least one prompt")
             bad = [q for q in p if placeholders(q) != need]
-            if bad: raise ValueError(f"agent {SMOL_TOPOLOGY[k]['name']}: every prompt needs exactly the placeholders {sorted(need)}; "
-                                     f"{len(bad)} do not, e.g. {bad[0][:60]!r}")
+            if bad:
+                raise ValueError(
+                    f"agent {SMOL_TOPOLOGY[k]['name']}: every prompt needs exactly the placeholders"
+                    f" {sorted(need)}; {len(bad)} do not, e.g. {bad[0][:60]!r}"
+                )
         for name, items in (("val_items", val_items), ("test_items", test_items)):
             if not all({"context", "question", "answer"} <= set(it) for it in items):
                 raise ValueError(f"{name} must be dicts with 'context', 'question' and 'answer'")
-        self.model, self.tok, self.pools, self.max_new_tokens, self.chat, self.batch_size = model, tok, [list(p) for p in pools], max_new_tokens, chat, batch_size
+        self.model, self.tok, self.pools, self.max_new_tokens, self.chat, self.batch_size = (
+            model,
+            tok,
+            [list(p) for p in pools],
+            max_new_tokens,
+            chat,
+            batch_size,
+        )
         self.items = dict(val=list(val_items), test=list(test_items))
         self.C, self.metric = [len(p) for p in pools], metric
         self.outputs, self.scores, self.n_calls, self.n_generated = {}, {}, 0, 0
 
     def _prompts(self, k, prefix, split):
-        "Prompts of agent `k` for every item of `split`, given the configuration prefix and the previous agent's outputs."
+        ("Prompts of agent `k` for every item of `split`, given the configuration prefix and the "
+         "previous agent's outputs.")
         items, t = self.items[split], self.pools[k][prefix[k]]
         if k == 0: return [fill(t, context=it["context"], question=it["question"]) for it in items]
         prev = self.outputs[(split, prefix[:k])]
-        if k == 1: return [fill(t, context=o.strip(), question=it["question"]) for o, it in zip(prev, items)]
+        if k == 1:
+            return [
+                fill(t, context=o.strip(), question=it["question"]) for o, it in zip(prev, items)
+            ]
         return [fill(t, question=it["question"], draft=o.strip()) for o, it in zip(prev, items)]
 
-    def precompute(self, configs:Sequence[tuple]|None=None, # configurations to run; default the whole product space
-                   splits:Sequence[str]=("val", "test"), show_progress:bool=False):
-        "Run the agents for many configurations at once, stage by stage, batching across configurations."
-        configs = [tuple(c) for c in (configs if configs is not None else all_configs(self.C).tolist())]
+    def precompute(
+        self,
+        configs: (
+            Sequence[tuple] | None
+        ) = None,  # configurations to run; default the whole product space
+        splits: Sequence[str] = ("val", "test"),
+        show_progress: bool = False,
+    ):
+        ("Run the agents for many configurations at once, stage by stage, batching across "
+         "configurations.")
+        configs = [
+            tuple(c) for c in (configs if configs is not None else all_configs(self.C).tolist())
+        ]
         for split in splits:
             items = self.items[split]
             for k in range(3):
-                todo = sorted({c[:k+1] for c in configs} - {p for (s, p) in self.outputs if s == split})
+                todo = sorted(
+                    {c[: k + 1] for c in configs} - {p for (s, p) in self.outputs if s == split}
+                )
                 prompts = [q for p in todo for q in self._prompts(k, p, split)]
                 if not prompts: continue
-                order = sorted(range(len(prompts)), key=lambda j: len(prompts[j]))   # similar lengths share a batch
-                outs = generate(self.model, self.tok, [prompts[j] for j in order], max_new_tokens=self.max_new_tokens[k],
-                                chat=self.chat[k], batch_size=self.batch_size, show_progress=show_progress)
+                # similar lengths share a batch
+                order = sorted(range(len(prompts)), key=lambda j: len(prompts[j]))
+                outs = generate(
+                    self.model,
+                    self.tok,
+                    [prompts[j] for j in order],
+                    max_new_tokens=self.max_new_tokens[k],
+                    chat=self.chat[k],
+                    batch_size=self.batch_size,
+                    show_progress=show_progress,
+                )
                 res = [None]*len(prompts)
                 for j, o in zip(order, outs): res[j] = o
                 self.n_generated += len(prompts)
-                for a, p in enumerate(todo): self.outputs[(split, p)] = res[a*len(items):(a + 1)*len(items)]
+                for a, p in enumerate(todo):
+                    self.outputs[(split, p)] = res[a * len(items) : (a + 1) * len(items)]
 
     def answers(self, c, split:str="val")->list[str]:
         "Final answers of configuration `c` on a split."
         c = tuple(int(i) for i in c)
-        if len(c) != 3 or any(not 0 <= ci < n for ci, n in zip(c, self.C)): raise ValueError(f"configuration {c} is out of range for pools of sizes {self.C}")
+        if len(c) != 3 or any(not 0 <= ci < n for ci, n in zip(c, self.C)):
+            raise ValueError(f"configuration {c} is out of range for pools of sizes {self.C}")
         if (split, c) not in self.outputs: self.precompute([c], splits=(split,))
         return self.outputs[(split, c)]
 
     def score(self, c, split:str="val", metric:str|None=None)->float:
-        "Mean `answer_match` of configuration `c` on a split (cached); `metric` defaults to the one given at construction."
+        ("Mean `answer_match` of configuration `c` on a split (cached); `metric` defaults to the "
+         "one given at construction.")
         c, metric = tuple(int(i) for i in c), metric or self.metric
         if (split, c, metric) not in self.scores:
             ans = self.answers(c, split)
-            self.scores[(split, c, metric)] = float(np.mean([answer_match(a, it["answer"], metric) for a, it in zip(ans, self.items[split])]))
+            self.scores[(split, c, metric)] = float(
+                np.mean(
+                    [answer_match(a, it["answer"], metric) for a, it in zip(ans, self.items[split])]
+                )
+            )
         return self.scores[(split, c, metric)]
 
     def __call__(self, c)->float:
@@ -967,26 +1439,55 @@ def run_method(method:str,              # one of METHOD_NAMES
                budget:int,              # evaluations T
                seed:int=0,
                gp_restarts:int=2,       # GP-UCB: hyperparameter restarts per fit
-               **maspob_kw,             # MASPOB options (alpha, epochs, hidden, ...); GP-UCB reads n_pretrain
+               **maspob_kw,  # MASPOB options (alpha, epochs, hidden, ...); GP-UCB reads n_pretrain
               )->History:
     "Run one method with the given budget and seed: MASPOB, one of its ablations, or a baseline."
     C = [len(e) for e in emb]
     if method == "random": return random_search(objective, C, budget, seed)
     if method == "independent_ucb": return independent_ucb(objective, C, budget, seed)
-    if method == "gp_ucb": return gp_ucb(objective, emb, budget, seed, n_pretrain=maspob_kw.get("n_pretrain", 5), n_restarts=gp_restarts)
-    opts = dict(maspob=dict(), greedy=dict(ucb="greedy"), mlp=dict(surrogate="mlp"), exhaustive=dict(search="exhaustive"))
+    if method == "gp_ucb":
+        return gp_ucb(
+            objective,
+            emb,
+            budget,
+            seed,
+            n_pretrain=maspob_kw.get("n_pretrain", 5),
+            n_restarts=gp_restarts,
+        )
+    opts = dict(
+        maspob=dict(),
+        greedy=dict(ucb="greedy"),
+        mlp=dict(surrogate="mlp"),
+        exhaustive=dict(search="exhaustive"),
+    )
     if method not in opts: raise ValueError(f"method must be one of {METHOD_NAMES}, got {method!r}")
     return MASPOB(emb, topology, seed=seed, **{**maspob_kw, **opts[method]}).run(objective, budget)
 
-def synthetic_trial(method:str, bench:SyntheticMAS, emb:Sequence[torch.Tensor], budget:int, seed:int, tag:str="",
-                    **maspob_kw)->dict:
-    "One (method, seed) on a SyntheticMAS: the true p of the selection after every evaluation, and timing."
+def synthetic_trial(
+    method: str,
+    bench: SyntheticMAS,
+    emb: Sequence[torch.Tensor],
+    budget: int,
+    seed: int,
+    tag: str = "",
+    **maspob_kw
+) -> dict:
+    ("One (method, seed) on a SyntheticMAS: the true p of the selection after every evaluation, "
+     "and timing.")
     bench.reset_noise(seed); t0 = time.perf_counter()
     h = run_method(method, bench, emb, bench.topology, budget, seed, **maspob_kw)
     sel = h.selections()
-    return dict(method=method, seed=seed, tag=tag, curve=[bench.true_p(c) for c in sel], selected=list(sel[-1]),
-                val=h.best()[1], true_p=bench.true_p(sel[-1]), seconds=time.perf_counter() - t0,
-                epochs=[f["epochs"] for f in h.fits])
+    return dict(
+        method=method,
+        seed=seed,
+        tag=tag,
+        curve=[bench.true_p(c) for c in sel],
+        selected=list(sel[-1]),
+        val=h.best()[1],
+        true_p=bench.true_p(sel[-1]),
+        seconds=time.perf_counter() - t0,
+        epochs=[f["epochs"] for f in h.fits],
+    )
 
 def _threads_call(fn, threads, kw):
     "Call `fn(**kw)` with torch limited to `threads` threads, restoring the setting afterwards."
@@ -1002,5 +1503,7 @@ def run_trials(fn:Callable,           # the trial, called as fn(**task)
     "Run every task, sequentially or in `n_jobs` worker processes; results in task order."
     if n_jobs == 1: return [_threads_call(fn, threads, t) for t in progress(tasks, desc=desc)]
     from joblib import Parallel, delayed
-    res = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(_threads_call)(fn, threads, t) for t in tasks)
+    res = Parallel(n_jobs=n_jobs, return_as="generator")(
+        delayed(_threads_call)(fn, threads, t) for t in tasks
+    )
     return list(progress(res, desc=desc, total=len(tasks)))
