@@ -28,21 +28,32 @@ __all__ = ['RULE_KINDS', 'check_rankings', 'mallows_ranking', 'random_profile', 
 
 # %% ../nbs/02_social_choice.ipynb #c723262c
 def check_rankings(rankings, m:int|None=None)->np.ndarray:
-    "Validate an (n, m) array whose rows are permutations of 0..m-1 (best first); return it as int64."
+    ("Validate an (n, m) array whose rows are permutations of 0..m-1 (best first); return it as "
+     "int64.")
     r = np.asarray(rankings)
     if r.ndim != 2 or r.shape[0] < 1 or r.shape[1] < 2:
-        raise ValueError(f"rankings must be an (n, m) array with n >= 1 voters and m >= 2 alternatives, got shape {r.shape}")
-    if not np.issubdtype(r.dtype, np.integer): raise ValueError("rankings must hold integer alternative ids 0..m-1")
-    if m is not None and r.shape[1] != m: raise ValueError(f"rankings rank {r.shape[1]} alternatives, expected {m}")
+        raise ValueError(
+            "rankings must be an (n, m) array with n >= 1 voters and m >= 2 alternatives, got"
+            f" shape {r.shape}"
+        )
+    if not np.issubdtype(r.dtype, np.integer):
+        raise ValueError("rankings must hold integer alternative ids 0..m-1")
+    if m is not None and r.shape[1] != m:
+        raise ValueError(f"rankings rank {r.shape[1]} alternatives, expected {m}")
     bad = np.nonzero((np.sort(r, 1) != np.arange(r.shape[1])).any(1))[0]
-    if len(bad): raise ValueError(f"row {bad[0]} of rankings, {r[bad[0]].tolist()}, is not a permutation of 0..{r.shape[1]-1}")
+    if len(bad):
+        raise ValueError(
+            f"row {bad[0]} of rankings, {r[bad[0]].tolist()}, is not a permutation of"
+            f" 0..{r.shape[1]-1}"
+        )
     return r.astype(np.int64)
 
 def mallows_ranking(center:np.ndarray, phi:float, rng:np.random.Generator)->np.ndarray:
     "One ranking from Mallows(center, phi) by repeated insertion."
     out = []
-    for i, item in enumerate(center):          # insert the i-th item of the centre at position j in 0..i
-        w = phi ** (i - np.arange(i + 1))      # P(j) proportional to phi^(i-j): j = i keeps the centre's order
+    for i, item in enumerate(center):  # insert the i-th item of the centre at position j in 0..i
+        # P(j) proportional to phi^(i-j): j = i keeps the centre's order
+        w = phi ** (i - np.arange(i + 1))
         out.insert(int(rng.choice(i + 1, p=w / w.sum())), int(item))
     return np.array(out)
 
@@ -53,7 +64,8 @@ def random_profile(n:int, m:int,           # voters, alternatives
                    rng:np.random.Generator|int|None=None,
                   )->np.ndarray:           # (n, m) rankings, best first
     "Draw a preference profile of `n` strict rankings over `m` alternatives."
-    if n < 1 or m < 2: raise ValueError(f"need n >= 1 voters and m >= 2 alternatives, got n={n}, m={m}")
+    if n < 1 or m < 2:
+        raise ValueError(f"need n >= 1 voters and m >= 2 alternatives, got n={n}, m={m}")
     if not 0 < phi <= 1: raise ValueError(f"phi must be in (0, 1], got {phi}")
     rng = np.random.default_rng(rng)
     if kind == "ic": return np.argsort(rng.random((n, m)), 1)
@@ -75,9 +87,9 @@ def preference_matrix(rankings,              # (n, m) rankings, best first
     w = np.ones(n) if weights is None else np.asarray(weights, float)
     if w.shape != (n,) or (w < 0).any() or w.sum() <= 0:
         raise ValueError(f"weights must be {n} non-negative numbers with a positive sum")
-    pos = np.argsort(r, 1)                                         # pos[v, a] = position of a in voter v's ranking
+    pos = np.argsort(r, 1)  # pos[v, a] = position of a in voter v's ranking
     P = np.einsum("v,vab->ab", w / w.sum(), (pos[:, :, None] < pos[:, None, :]).astype(float))
-    P = np.clip(P, 0.0, 1.0)                                       # sums of fractions can exceed 1 by an ulp
+    P = np.clip(P, 0.0, 1.0)  # sums of fractions can exceed 1 by an ulp
     np.fill_diagonal(P, 0.5)
     return P
 
@@ -86,14 +98,21 @@ def check_P(P)->np.ndarray:
     P = np.asarray(P, float)
     if P.ndim not in (2, 3) or P.shape[-1] != P.shape[-2] or P.shape[-1] < 2:
         raise ValueError(f"P must be (m, m) or (K, m, m) with m >= 2, got shape {P.shape}")
-    if (P < -1e-12).any() or (P > 1 + 1e-12).any() or not np.allclose(P + np.swapaxes(P, -1, -2), 1, atol=1e-9):
-        raise ValueError("P must have entries in [0, 1] and satisfy P + P.T == 1 (use preference_matrix)")
+    if (
+        (P < -1e-12).any()
+        or (P > 1 + 1e-12).any()
+        or not np.allclose(P + np.swapaxes(P, -1, -2), 1, atol=1e-9)
+    ):
+        raise ValueError(
+            "P must have entries in [0, 1] and satisfy P + P.T == 1 (use preference_matrix)"
+        )
     return P
 
 def condorcet_winner(P)->int|None:
     "The alternative that beats every other by strict majority, or None."
     P = check_P(P); m = P.shape[0]
-    wins = ((P > 0.5) & ~np.eye(m, dtype=bool)).sum(1)          # off the diagonal only: P[a, a] may be 1/2 + 1 ulp
+    # off the diagonal only: P[a, a] may be 1/2 + 1 ulp
+    wins = ((P > 0.5) & ~np.eye(m, dtype=bool)).sum(1)
     c = int(np.argmax(wins))
     return c if wins[c] == m - 1 else None
 
@@ -103,12 +122,14 @@ def smith_set(P)->list[int]:
     beats = P >= 0.5                                     # weak majority relation a -> b
     reach = beats.copy()
     for k in range(m): reach |= reach[:, [k]] & reach[[k], :]   # transitive closure (Warshall)
-    # a is in the Smith set iff a reaches every b, i.e. nobody outside reaches a without a reaching back
+    # a is in the Smith set iff a reaches every b, i.e. nobody outside reaches a without a reaching
+    # back
     return [a for a in range(m) if all(reach[a, b] or not reach[b, a] for b in range(m))]
 
 # %% ../nbs/02_social_choice.ipynb #2eb2d517
 def borda_scores(P)->np.ndarray:
-    "Borda score $B_a = \\frac1m \\sum_b P_{ab}$ (average win rate, self included at 1/2); works on batches."
+    ("Borda score $B_a = \\frac1m \\sum_b P_{ab}$ (average win rate, self included at 1/2); works "
+     "on batches.")
     return check_P(P).mean(-1)
 
 def bt_reward(P,                 # (m, m) or (K, m, m) preference matrices
@@ -126,14 +147,14 @@ def bt_reward(P,                 # (m, m) or (K, m, m) preference matrices
         return (off * P * -np.logaddexp(0, -d)).sum((1, 2)) - l2 * (r**2).sum(1)
     r = np.zeros((K, m))
     for _ in range(max_iter):
-        s = 1 / (1 + np.exp(-(r[:, :, None] - r[:, None, :])))               # sigma(r_a - r_b), (K, m, m)
-        g = (off * (P - s)).sum(2) - 2 * l2 * r                              # gradient of the objective
+        s = 1 / (1 + np.exp(-(r[:, :, None] - r[:, None, :])))  # sigma(r_a - r_b), (K, m, m)
+        g = (off * (P - s)).sum(2) - 2 * l2 * r  # gradient of the objective
         if np.abs(g).max() < tol: break
         w = off * s * (1 - s)
-        H = w - np.eye(m) * w.sum(2)[:, :, None] - 2 * l2 * np.eye(m)        # Hessian, negative definite
+        H = w - np.eye(m) * w.sum(2)[:, :, None] - 2 * l2 * np.eye(m)  # Hessian, negative definite
         step = -np.linalg.solve(H, g[..., None])[..., 0]
         t, f0 = np.ones(K), obj(r)
-        for _ in range(50):                                                  # backtracking: ascent only
+        for _ in range(50):  # backtracking: ascent only
             bad = obj(r + t[:, None] * step) < f0 - 1e-15
             if not bad.any(): break
             t = np.where(bad, t / 2, t)
@@ -147,16 +168,24 @@ def check_beta(beta:float)->float:
     return float(beta)
 
 def check_ref(ref, m:int)->np.ndarray:
-    "Validate a reference policy over m alternatives: positive entries summing to 1; None means uniform."
+    ("Validate a reference policy over m alternatives: positive entries summing to 1; None means "
+     "uniform.")
     if ref is None: return np.full(m, 1 / m)
     ref = np.asarray(ref, float)
-    if ref.shape != (m,): raise ValueError(f"reference policy must have {m} entries, got shape {ref.shape}")
-    if (ref <= 0).any(): raise ValueError("reference policy must give every alternative positive probability (full support): got a zero entry")
-    if not np.isclose(ref.sum(), 1, atol=1e-9): raise ValueError(f"reference policy must sum to 1, got {ref.sum()}")
+    if ref.shape != (m,):
+        raise ValueError(f"reference policy must have {m} entries, got shape {ref.shape}")
+    if (ref <= 0).any():
+        raise ValueError(
+            "reference policy must give every alternative positive probability (full support): got"
+            " a zero entry"
+        )
+    if not np.isclose(ref.sum(), 1, atol=1e-9):
+        raise ValueError(f"reference policy must sum to 1, got {ref.sum()}")
     return ref
 
 def _argmax_lottery(score:np.ndarray, tol:float=1e-12, ref=None)->np.ndarray:
-    "The β → 0 limit of softmax(log ref + score/β): the top scores, weighted by the reference (uniform if None)."
+    ("The β → 0 limit of softmax(log ref + score/β): the top scores, weighted by the reference "
+     "(uniform if None).")
     top = (score >= score.max(-1, keepdims=True) - tol) * (1.0 if ref is None else np.asarray(ref))
     return top / top.sum(-1, keepdims=True)
 
@@ -165,7 +194,8 @@ def rlhf_policy(P,                  # (m, m) or (K, m, m) preference matrices
                 ref=None,           # reference policy (m,), full support; None means uniform
                 reward:str="bt",    # "bt": Bradley-Terry MLE reward; "borda": Borda score
                )->np.ndarray:       # (m,) or (K, m) policy
-    "KL-regularized RLHF policy $\\pi \\propto \\pi_{ref} e^{r/\\beta}$ for the BT or the Borda reward."
+    ("KL-regularized RLHF policy $\\pi \\propto \\pi_{ref} e^{r/\\beta}$ for the BT or the Borda "
+     "reward.")
     P, beta = check_P(P), check_beta(beta)
     ref = check_ref(ref, P.shape[-1])
     if reward == "bt": r = bt_reward(P)
@@ -181,7 +211,7 @@ def maximal_lottery_lp(P)->np.ndarray:
     "Maximal lottery of one preference matrix by linear programming (scipy HiGHS)."
     P = check_P(P); m = P.shape[0]
     c = np.r_[np.zeros(m), -1.0]                                          # maximize v
-    A_ub = np.hstack([-(P - 0.5).T, np.ones((m, 1))])                     # v - ((P - 1/2)^T p)_b <= 0
+    A_ub = np.hstack([-(P - 0.5).T, np.ones((m, 1))])  # v - ((P - 1/2)^T p)_b <= 0
     res = linprog(c, A_ub=A_ub, b_ub=np.zeros(m), A_eq=np.r_[np.ones(m), 0.0][None], b_eq=[1.0],
                   bounds=[(0, None)] * m + [(None, None)], method="highs")
     if not res.success: raise RuntimeError(f"maximal-lottery LP failed: {res.message}")
@@ -191,7 +221,8 @@ def maximal_lottery_lp(P)->np.ndarray:
 def maximal_lottery(P,               # (m, m) or (K, m, m) preference matrices
                     tol:float=1e-10,  # feasibility tolerance of the support test
                    )->np.ndarray:    # (m,) or (K, m)
-    "Maximal lottery (unregularized von Neumann winner), batched by support enumeration with an LP fallback."
+    ("Maximal lottery (unregularized von Neumann winner), batched by support enumeration with an "
+     "LP fallback.")
     P = check_P(P); single = P.ndim == 2
     P = P[None] if single else P
     K, m, _ = P.shape
@@ -202,12 +233,13 @@ def maximal_lottery(P,               # (m, m) or (K, m, m) preference matrices
             todo = np.nonzero(~done)[0]
             if not len(todo): break
             S = list(S)
-            A = np.concatenate([M[todo][:, S][:, :, S], np.ones((len(todo), 1, k))], 1)   # [(P_S - 1/2); 1^T]
+            # [(P_S - 1/2); 1^T]
+            A = np.concatenate([M[todo][:, S][:, :, S], np.ones((len(todo), 1, k))], 1)
             rhs = np.r_[np.zeros(k), 1.0]
-            pS = np.einsum("kij,j->ki", np.linalg.pinv(A), rhs)                          # least squares
+            pS = np.einsum("kij,j->ki", np.linalg.pinv(A), rhs)  # least squares
             p = np.zeros((len(todo), m)); p[:, S] = pS
             ok = (np.abs(np.einsum("kij,kj->ki", A, pS) - rhs).max(1) < 1e-9) & (pS > tol).all(1)
-            val = np.einsum("ka,kab->kb", p, M[todo])                                    # (P - 1/2)^T p
+            val = np.einsum("ka,kab->kb", p, M[todo])  # (P - 1/2)^T p
             out_side = np.setdiff1d(np.arange(m), S)
             ok &= (val[:, out_side] > tol).all(1) if len(out_side) else True
             out[todo[ok]] = p[ok]; done[todo[ok]] = True
@@ -219,7 +251,8 @@ def _softmax(x):
     z = np.exp(x - x.max(-1, keepdims=True)); return z / z.sum(-1, keepdims=True)
 
 def _vnw_newton(P, beta, logref, x, tol, max_iter):
-    "Damped Newton on the logits of every matrix of the batch; converged matrices leave the active set."
+    ("Damped Newton on the logits of every matrix of the batch; converged matrices leave the "
+     "active set.")
     K, m, _ = P.shape
     I, O = np.eye(m), np.ones((m, m)) / m
     def F(P, x):
@@ -233,11 +266,11 @@ def _vnw_newton(P, beta, logref, x, tol, max_iter):
         Pa, xa, fa, pa, nfa = P[act], x[act], f[act], p[act], nf[act]
         D = pa[:, :, None] * I - pa[:, :, None] * pa[:, None, :]          # diag p - p p^T
         J = I - Pa @ D / beta
-        J = J - J.mean(-2, keepdims=True) + O                             # project out constants, pin the gauge
+        J = J - J.mean(-2, keepdims=True) + O  # project out constants, pin the gauge
         dx = np.linalg.solve(J, -fa[..., None])[..., 0]
         t = np.ones(len(act)); xn = xa + dx
         fn, pn = F(Pa, xn); nfn = np.linalg.norm(fn, axis=-1)
-        for _ in range(60):                                               # backtracking on the failing rows only
+        for _ in range(60):  # backtracking on the failing rows only
             bad = np.nonzero(nfn > (1 - 1e-4 * t) * nfa)[0]
             if not len(bad): break
             t[bad] /= 2; xn[bad] = xa[bad] + t[bad, None] * dx[bad]
@@ -247,15 +280,21 @@ def _vnw_newton(P, beta, logref, x, tol, max_iter):
     return x, p, nf
 
 def _vnw_continue(P, b_prev, b, logref, x, tol, max_iter, deadline, depth=0):
-    "Newton at `b` from the solution `x` at `b_prev`; matrices that do not converge retry through intermediate β."
+    ("Newton at `b` from the solution `x` at `b_prev`; matrices that do not converge retry through"
+     " intermediate β.")
     xn, p, res = _vnw_newton(P, b, logref, x.copy(), tol, max_iter)
     bad = res > 1e-8
     if bad.any():
         if depth >= 12 or time.monotonic() > deadline:
-            raise RuntimeError(f"vnw_path: Newton did not converge at beta={b:g} for {int(bad.sum())} matrices "
-                               f"(residual {res.max():.2e}, {depth} bisections of the β step); raise max_time or check P")
-        mid = float(np.sqrt(b_prev * b))                           # geometric midpoint, then on to b
-        xm, _ = _vnw_continue(P[bad], b_prev, mid, logref, x[bad], tol, max_iter, deadline, depth + 1)
+            raise RuntimeError(
+                f"vnw_path: Newton did not converge at beta={b:g} for {int(bad.sum())} matrices"
+                f" (residual {res.max():.2e}, {depth} bisections of the β step); raise max_time or"
+                " check P"
+            )
+        mid = float(np.sqrt(b_prev * b))  # geometric midpoint, then on to b
+        xm, _ = _vnw_continue(
+            P[bad], b_prev, mid, logref, x[bad], tol, max_iter, deadline, depth + 1
+        )
         xb, pb = _vnw_continue(P[bad], mid, b, logref, xm, tol, max_iter, deadline, depth + 1)
         xn[bad], p[bad] = xb, pb
     return xn, p
@@ -265,9 +304,11 @@ def vnw_path(P,                    # (m, m) or (K, m, m) preference matrices
              ref=None,             # reference policy (m,), full support; None means uniform
              tol:float=1e-12,      # Newton stops when every residual norm is below this
              max_iter:int=100,     # Newton iterations per beta
-             max_time:float=600.0, # seconds: past this, a matrix that still fails to converge raises RuntimeError
+             # seconds: past this, a matrix that still fails to converge raises RuntimeError
+             max_time:float=600.0,
             )->dict:               # {beta: (m,) or (K, m) policy}
-    "Regularized von Neumann winners for several β, solved by Newton with warm starts from large to small β."
+    ("Regularized von Neumann winners for several β, solved by Newton with warm starts from large "
+     "to small β.")
     P = check_P(P); single = P.ndim == 2
     P = P[None] if single else P
     ref = check_ref(ref, P.shape[-1]); logref = np.log(ref)
@@ -275,8 +316,8 @@ def vnw_path(P,                    # (m, m) or (K, m, m) preference matrices
     pos = sorted({b for b in betas if b > 0}, reverse=True)
     out, x, deadline = {}, None, time.monotonic() + max_time
     if pos:
-        b0 = max(10.0, pos[0])                                     # continuation starts where the problem is easy
-        x = logref + np.einsum("kab,b->ka", P, ref) / b0           # first-order solution at large beta
+        b0 = max(10.0, pos[0])  # continuation starts where the problem is easy
+        x = logref + np.einsum("kab,b->ka", P, ref) / b0  # first-order solution at large beta
         x, p, res = _vnw_newton(P, b0, logref, x, tol, max_iter)
         prev = b0
         for b in pos:
@@ -285,17 +326,26 @@ def vnw_path(P,                    # (m, m) or (K, m, m) preference matrices
     if 0.0 in betas: ml = maximal_lottery(P); out[0.0] = ml[0] if single else ml
     return {b: out[b] for b in betas}
 
-def vnw_policy(P, beta:float, ref=None, tol:float=1e-12, max_iter:int=100, max_time:float=600.0)->np.ndarray:
-    "Regularized von Neumann winner $\\pi_\\beta = \\mathrm{softmax}(\\log\\pi_{ref} + P\\pi_\\beta/\\beta)$; β = 0 gives the maximal lottery."
+def vnw_policy(
+    P, beta: float, ref=None, tol: float = 1e-12, max_iter: int = 100, max_time: float = 600.0
+) -> np.ndarray:
+    ("Regularized von Neumann winner $\\pi_\\beta = \\mathrm{softmax}(\\log\\pi_{ref} + "
+     "P\\pi_\\beta/\\beta)$; β = 0 gives the maximal lottery.")
     return vnw_path(P, [beta], ref, tol, max_iter, max_time)[check_beta(beta)]
 
 def exploitability(P, pi, beta:float, ref=None)->float:
     "Exploitability of `pi` in the regularized game (0 exactly at its equilibrium)."
-    P, beta = check_P(P), check_beta(beta); ref = check_ref(ref, P.shape[0]); pi = np.asarray(pi, float)
+    P, beta = check_P(P), check_beta(beta)
+    ref = check_ref(ref, P.shape[0])
+    pi = np.asarray(pi, float)
     if beta == 0: return float((P @ pi).max() - (P.T @ pi).min())
     lse = lambda z: z.max() + np.log(np.exp(z - z.max()).sum())
     kl = float(np.sum(pi * (np.log(np.clip(pi, 1e-300, None)) - np.log(ref))))
-    return float(beta * lse(np.log(ref) + P @ pi / beta) + beta * lse(np.log(ref) - P.T @ pi / beta) + 2 * beta * kl)
+    return float(
+        beta * lse(np.log(ref) + P @ pi / beta)
+        + beta * lse(np.log(ref) - P.T @ pi / beta)
+        + 2 * beta * kl
+    )
 
 # %% ../nbs/02_social_choice.ipynb #b260af9f
 RULE_KINDS = ("rlhf_bt", "rlhf_borda", "vnw")
@@ -306,7 +356,8 @@ class Rule:
     kind: str        # "rlhf_bt", "rlhf_borda" or "vnw"
     beta: float      # KL strength; 0 means unregularized
     def __post_init__(self):
-        if self.kind not in RULE_KINDS: raise ValueError(f"rule kind must be one of {RULE_KINDS}, got {self.kind!r}")
+        if self.kind not in RULE_KINDS:
+            raise ValueError(f"rule kind must be one of {RULE_KINDS}, got {self.kind!r}")
         self.beta = check_beta(self.beta)
     @property
     def name(self)->str: return f"{self.kind}(beta={self.beta:g})"
@@ -325,7 +376,8 @@ class Violation:
     axiom: str                  # "A1" ... "A7"
     rule: str                   # the rule's name
     profile: int                # index of the profile in the checked sample
-    witness: dict = field(default_factory=dict)  # e.g. {"winner": 2, "beaten_by": 0} or the swap that hurt
+    # e.g. {"winner": 2, "beaten_by": 0} or the swap that hurt
+    witness: dict = field(default_factory=dict)
     magnitude: float = 0.0      # size of the violation (ratio gap, probability drop, ...)
 
 def _as_profiles(rankings)->list[np.ndarray]:
@@ -333,13 +385,16 @@ def _as_profiles(rankings)->list[np.ndarray]:
     return [check_rankings(r) for r in rankings]
 
 def _profiles_and_policies(rule, rankings, ref, Ps=None, pis=None):
-    "The checked profiles, their preference matrices, the reference policy and the rule's policies (computed if not given)."
+    ("The checked profiles, their preference matrices, the reference policy and the rule's "
+     "policies (computed if not given).")
     prof = _as_profiles(rankings)
     Ps = np.stack([preference_matrix(r) for r in prof]) if Ps is None else Ps
     ref = check_ref(ref, Ps.shape[-1])
     return prof, Ps, ref, (rule(Ps, ref) if pis is None else pis)
 
-def check_condorcet(rule:Callable, rankings, ref=None, tol:float=1e-9, Ps=None, pis=None)->list[Violation]:
+def check_condorcet(
+    rule: Callable, rankings, ref=None, tol: float = 1e-9, Ps=None, pis=None
+) -> list[Violation]:
     "A1: where a Condorcet winner exists, its ratio pi/pi_ref must be the strict maximum."
     prof, Ps, ref, pis = _profiles_and_policies(rule, rankings, ref, Ps, pis); m = Ps.shape[-1]
     out = []
@@ -350,8 +405,18 @@ def check_condorcet(rule:Callable, rankings, ref=None, tol:float=1e-9, Ps=None, 
         gap = ratio[c] - np.delete(ratio, c).max()
         if gap <= tol:
             others = [b for b in range(m) if b != c]
-            out.append(Violation("A1", getattr(rule, "name", str(rule)), i,
-                                 {"condorcet_winner": c, "top_ratio": int(others[int(np.argmax(np.delete(ratio, c)))])}, float(-gap)))
+            out.append(
+                Violation(
+                    "A1",
+                    getattr(rule, "name", str(rule)),
+                    i,
+                    {
+                        "condorcet_winner": c,
+                        "top_ratio": int(others[int(np.argmax(np.delete(ratio, c)))]),
+                    },
+                    float(-gap),
+                )
+            )
     return out
 
 def check_pareto(rule:Callable, rankings, ref=None, tol:float=1e-9, pis=None)->list[Violation]:
@@ -360,23 +425,35 @@ def check_pareto(rule:Callable, rankings, ref=None, tol:float=1e-9, pis=None)->l
     out = []
     for i, r in enumerate(prof):
         pos = np.argsort(r, 1)
-        dom = (pos[:, :, None] < pos[:, None, :]).all(0)          # dom[a, b]: everyone prefers a to b
+        dom = (pos[:, :, None] < pos[:, None, :]).all(0)  # dom[a, b]: everyone prefers a to b
         ratio = pis[i] / ref
         for a, b in zip(*np.nonzero(dom)):
             if ratio[a] < ratio[b] - tol:
-                out.append(Violation("A2", getattr(rule, "name", str(rule)), i, {"dominant": int(a), "dominated": int(b)}, float(ratio[b] - ratio[a])))
+                out.append(
+                    Violation(
+                        "A2",
+                        getattr(rule, "name", str(rule)),
+                        i,
+                        {"dominant": int(a), "dominated": int(b)},
+                        float(ratio[b] - ratio[a]),
+                    )
+                )
     return out
 
 def monotonicity_swaps(r:np.ndarray)->list[tuple[int, int, int]]:
     "Every single improvement of one alternative: (voter, alternative a, the one a jumps over)."
-    return [(v, int(r[v, j]), int(r[v, j - 1])) for v in range(r.shape[0]) for j in range(1, r.shape[1])]
+    return [
+        (v, int(r[v, j]), int(r[v, j - 1])) for v in range(r.shape[0]) for j in range(1, r.shape[1])
+    ]
 
 def _swapped(r:np.ndarray, v:int, a:int, b:int)->np.ndarray:
     r2 = r.copy(); i, j = np.nonzero(r2[v] == a)[0][0], np.nonzero(r2[v] == b)[0][0]
     r2[v, i], r2[v, j] = b, a
     return r2
 
-def check_monotonicity(rule:Callable, rankings, ref=None, tol:float=1e-8, pis=None)->list[Violation]:
+def check_monotonicity(
+    rule: Callable, rankings, ref=None, tol: float = 1e-8, pis=None
+) -> list[Violation]:
     "A3: raising alternative a by one place in one voter's ranking must not lower pi(a)."
     prof, _, ref, pis = _profiles_and_policies(rule, rankings, ref, pis=pis)
     jobs = [(i, *s) for i, r in enumerate(prof) for s in monotonicity_swaps(r)]
@@ -386,11 +463,21 @@ def check_monotonicity(rule:Callable, rankings, ref=None, tol:float=1e-8, pis=No
     out = []
     for k, (i, v, a, b) in enumerate(jobs):
         drop = pis[i][a] - new[k][a]
-        if drop > tol: out.append(Violation("A3", getattr(rule, "name", str(rule)), i, {"voter": v, "raised": a, "over": b}, float(drop)))
+        if drop > tol:
+            out.append(
+                Violation(
+                    "A3",
+                    getattr(rule, "name", str(rule)),
+                    i,
+                    {"voter": v, "raised": a, "over": b},
+                    float(drop),
+                )
+            )
     return out
 
 def check_smith(rule:Callable, rankings, ref=None, tol:float=1e-9, pis=None)->list[Violation]:
-    "A4: beta = 0: no mass outside the Smith set; beta > 0: every Smith member has a larger ratio than every non-member."
+    ("A4: beta = 0: no mass outside the Smith set; beta > 0: every Smith member has a larger ratio"
+     " than every non-member.")
     prof, Ps, ref, pis = _profiles_and_policies(rule, rankings, ref, pis=pis); m = Ps.shape[-1]
     beta, out = getattr(rule, "beta", 0.0), []
     for i, P in enumerate(Ps):
@@ -399,7 +486,10 @@ def check_smith(rule:Callable, rankings, ref=None, tol:float=1e-9, pis=None)->li
         ratio = pis[i] / ref
         if beta == 0: mag, bad = pis[i][outside].sum(), pis[i][outside].sum() > tol
         else: mag = ratio[outside].max() - ratio[S].min(); bad = mag >= -tol
-        if bad: out.append(Violation("A4", getattr(rule, "name", str(rule)), i, {"smith_set": S}, float(mag)))
+        if bad:
+            out.append(
+                Violation("A4", getattr(rule, "name", str(rule)), i, {"smith_set": S}, float(mag))
+            )
     return out
 
 def add_clone(r:np.ndarray, a:int)->np.ndarray:
@@ -411,25 +501,42 @@ def add_clone(r:np.ndarray, a:int)->np.ndarray:
     return out
 
 def clone_ref(ref:np.ndarray, a:int, split:str="even")->np.ndarray:
-    "Reference policy after cloning a: 'even' splits a's mass; 'duplicate' copies it, then renormalizes."
+    ("Reference policy after cloning a: 'even' splits a's mass; 'duplicate' copies it, then "
+     "renormalizes.")
     if split == "even": new = np.r_[ref, ref[a] / 2]; new[a] /= 2
     elif split == "duplicate": new = np.r_[ref, ref[a]]; new = new / new.sum()
     else: raise ValueError(f"split must be 'even' or 'duplicate', got {split!r}")
     return new
 
-def check_clones(rule:Callable, rankings, a:int=0, ref=None, split:str="even", tol:float=1e-6)->list[Violation]:
+def check_clones(
+    rule: Callable, rankings, a: int = 0, ref=None, split: str = "even", tol: float = 1e-6
+) -> list[Violation]:
     "A5: cloning a must leave pi(a)+pi(clone) and every other pi(b) unchanged."
     prof, _, ref, pis = _profiles_and_policies(rule, rankings, ref); m = len(ref)
-    new = rule(np.stack([preference_matrix(add_clone(r, a)) for r in prof]), clone_ref(ref, a, split))
+    new = rule(
+        np.stack([preference_matrix(add_clone(r, a)) for r in prof]), clone_ref(ref, a, split)
+    )
     merged = new[:, :m].copy(); merged[:, a] += new[:, m]
     out = []
     for i in range(len(prof)):
         d = np.abs(merged[i] - pis[i]).max()
-        if d > tol: out.append(Violation("A5", getattr(rule, "name", str(rule)), i, {"cloned": a, "split": split}, float(d)))
+        if d > tol:
+            out.append(
+                Violation(
+                    "A5",
+                    getattr(rule, "name", str(rule)),
+                    i,
+                    {"cloned": a, "split": split},
+                    float(d),
+                )
+            )
     return out
 
-def check_reinforcement(rule:Callable, P1, P2, w1:float=0.5, ref=None, tol:float=1e-9)->list[Violation]:
-    "A6: where electorates P1 and P2 (batches) give the same lottery, their union w1*P1 + (1-w1)*P2 must too."
+def check_reinforcement(
+    rule: Callable, P1, P2, w1: float = 0.5, ref=None, tol: float = 1e-9
+) -> list[Violation]:
+    ("A6: where electorates P1 and P2 (batches) give the same lottery, their union w1*P1 + "
+     "(1-w1)*P2 must too.")
     P1, P2 = check_P(P1), check_P(P2)
     P1, P2 = (P1[None], P2[None]) if P1.ndim == 2 else (P1, P2)
     ref = check_ref(ref, P1.shape[-1])
@@ -438,21 +545,27 @@ def check_reinforcement(rule:Callable, P1, P2, w1:float=0.5, ref=None, tol:float
     for i in range(len(P1)):
         if np.abs(a[i] - b[i]).max() > tol: continue                  # precondition not met
         d = np.abs(u[i] - a[i]).max()
-        if d > tol: out.append(Violation("A6", getattr(rule, "name", str(rule)), i, {"w1": w1}, float(d)))
+        if d > tol:
+            out.append(Violation("A6", getattr(rule, "name", str(rule)), i, {"w1": w1}, float(d)))
     return out
 
 def check_neutrality(rule:Callable, rankings, ref=None, rng=None, tol:float=1e-9)->list[Violation]:
     "A7: relabelling the alternatives (and the reference) relabels the lottery the same way."
     prof = _as_profiles(rankings); m = prof[0].shape[1]; ref = check_ref(ref, m)
     rng = np.random.default_rng(rng)
-    perm = rng.permutation(m)                                          # alternative a is renamed perm[a]
+    perm = rng.permutation(m)  # alternative a is renamed perm[a]
     pis = rule(np.stack([preference_matrix(r) for r in prof]), ref)
     ref2 = np.empty(m); ref2[perm] = ref
     new = rule(np.stack([preference_matrix(perm[r]) for r in prof]), ref2)
     out = []
     for i in range(len(prof)):
         d = np.abs(new[i][perm] - pis[i]).max()
-        if d > tol: out.append(Violation("A7", getattr(rule, "name", str(rule)), i, {"perm": perm.tolist()}, float(d)))
+        if d > tol:
+            out.append(
+                Violation(
+                    "A7", getattr(rule, "name", str(rule)), i, {"perm": perm.tolist()}, float(d)
+                )
+            )
     return out
 
 # %% ../nbs/02_social_choice.ipynb #fa4e446d
@@ -462,7 +575,8 @@ def _same_outcome_P(P:np.ndarray, pi:np.ndarray, kind:str, rng, eps:float=0.05)-
     for _ in range(20):
         A = rng.normal(size=(m, m)); S = A - A.T
         u = pi if kind == "vnw" else np.ones(m)
-        # project S onto {skew-symmetric, S u = 0}: least-squares correction in the space of skew matrices
+        # project S onto {skew-symmetric, S u = 0}: least-squares correction in the space of skew
+        # matrices
         basis = [(i, j) for i in range(m) for j in range(i + 1, m)]
         B = np.zeros((m, len(basis)))
         for k, (i, j) in enumerate(basis): B[i, k], B[j, k] = u[j], -u[i]
@@ -470,45 +584,90 @@ def _same_outcome_P(P:np.ndarray, pi:np.ndarray, kind:str, rng, eps:float=0.05)-
         s = s - B.T @ np.linalg.lstsq(B @ B.T, B @ s, rcond=None)[0]
         S = np.zeros((m, m))
         for k, (i, j) in enumerate(basis): S[i, j], S[j, i] = s[k], -s[k]
-        room = np.min(np.where(S > 0, (1 - P) / np.maximum(S, 1e-300), np.where(S < 0, P / np.maximum(-S, 1e-300), np.inf)))
+        room = np.min(
+            np.where(
+                S > 0,
+                (1 - P) / np.maximum(S, 1e-300),
+                np.where(S < 0, P / np.maximum(-S, 1e-300), np.inf),
+            )
+        )
         if room > 1e-6 and np.abs(S).max() > 1e-9: return P + min(eps, 0.5 * room) * S
     return P.copy()
 
-def _audit_cell(ci:int, pk:str, m:int, n:int, kinds_rules, betas, n_profiles, axioms, ref, phi, seed):
+def _audit_cell(
+    ci: int, pk: str, m: int, n: int, kinds_rules, betas, n_profiles, axioms, ref, phi, seed
+):
     "Rows and first counterexamples of one (profile kind, m, n) cell of `axiom_audit`."
     rows, cex = [], {}
     rng = np.random.default_rng([seed, ci])
     prof = [random_profile(n, m, pk, phi=phi, rng=rng) for _ in range(n_profiles)]
     refv = np.full(m, 1 / m) if ref == "uniform" else rng.dirichlet(2 * np.ones(m))
     Ps = np.stack([preference_matrix(r) for r in prof])
-    jobs = [(i, *s) for i, r in enumerate(prof) for s in monotonicity_swaps(r)] if "A3" in axioms else []
-    Pswap = np.stack([preference_matrix(_swapped(prof[i], v, a, b)) for i, v, a, b in jobs]) if jobs else None
+    jobs = (
+        [(i, *s) for i, r in enumerate(prof) for s in monotonicity_swaps(r)]
+        if "A3" in axioms
+        else []
+    )
+    Pswap = (
+        np.stack([preference_matrix(_swapped(prof[i], v, a, b)) for i, v, a, b in jobs])
+        if jobs
+        else None
+    )
     for kind in kinds_rules:
-        if kind == "vnw":                                                  # all betas along one Newton path
+        if kind == "vnw":  # all betas along one Newton path
             sol = vnw_path(Ps, betas, refv)
             sol_sw = vnw_path(Pswap, betas, refv) if jobs else {}
         for beta in betas:
             rule = Rule(kind, beta)
             pis = sol[beta] if kind == "vnw" else rule(Ps, refv)
             def add(ax, n_checks, viol):
-                rows.append(dict(profiles=pk, m=m, n=n, rule=kind, beta=beta, axiom=ax, checks=n_checks,
-                                 violations=len(viol), max_magnitude=max((x.magnitude for x in viol), default=0.0)))
+                rows.append(
+                    dict(
+                        profiles=pk,
+                        m=m,
+                        n=n,
+                        rule=kind,
+                        beta=beta,
+                        axiom=ax,
+                        checks=n_checks,
+                        violations=len(viol),
+                        max_magnitude=max((x.magnitude for x in viol), default=0.0),
+                    )
+                )
                 if viol and (kind, beta, ax) not in cex:
-                    x = viol[0]; cex[(kind, beta, ax)] = dict(rankings=prof[x.profile].tolist(), m=m, n=n, profiles=pk,
-                                                              witness=x.witness, magnitude=x.magnitude)
+                    x = viol[0]
+                    cex[(kind, beta, ax)] = dict(rankings=prof[x.profile].tolist(), m=m, n=n,
+                                                 profiles=pk, witness=x.witness, magnitude=x.magnitude)
             if "A1" in axioms:
-                add("A1", sum(condorcet_winner(P) is not None for P in Ps), check_condorcet(rule, prof, refv, Ps=Ps, pis=pis))
+                add(
+                    "A1",
+                    sum(condorcet_winner(P) is not None for P in Ps),
+                    check_condorcet(rule, prof, refv, Ps=Ps, pis=pis),
+                )
             if "A2" in axioms:
                 add("A2", len(prof), check_pareto(rule, prof, refv, pis=pis))
             if "A3" in axioms:
                 new = sol_sw[beta] if kind == "vnw" else rule(Pswap, refv)
-                viol = [Violation("A3", rule.name, i, {"voter": v, "raised": a, "over": b}, float(pis[i][a] - new[k][a]))
-                        for k, (i, v, a, b) in enumerate(jobs) if pis[i][a] - new[k][a] > 1e-8]
+                viol = [
+                    Violation(
+                        "A3",
+                        rule.name,
+                        i,
+                        {"voter": v, "raised": a, "over": b},
+                        float(pis[i][a] - new[k][a]),
+                    )
+                    for k, (i, v, a, b) in enumerate(jobs)
+                    if pis[i][a] - new[k][a] > 1e-8
+                ]
                 add("A3", len(jobs), viol)
             if "A4" in axioms: add("A4", len(prof), check_smith(rule, prof, refv, pis=pis))
             if "A5" in axioms:
                 for split in ("even", "duplicate"):
-                    add(f"A5-{split}", len(prof), check_clones(rule, prof, a=0, ref=refv, split=split))
+                    add(
+                        f"A5-{split}",
+                        len(prof),
+                        check_clones(rule, prof, a=0, ref=refv, split=split),
+                    )
             if "A6" in axioms:
                 P2 = np.stack([_same_outcome_P(P, pis[i], kind, rng) for i, P in enumerate(Ps)])
                 add("A6", len(prof), check_reinforcement(rule, Ps, P2, 0.5, refv))
@@ -522,26 +681,36 @@ def axiom_audit(kinds_rules:Sequence[str]=RULE_KINDS, # rule kinds to audit
                 n_values:Sequence[int]=(3, 5, 7, 9),
                 profile_kinds:Sequence[str]=("ic",),
                 axioms:Sequence[str]=("A1", "A2", "A3", "A6"),
-                ref:str="uniform",       # "uniform" or "dirichlet" (a random full-support reference per cell)
+                # "uniform" or "dirichlet" (a random full-support reference per cell)
+                ref:str="uniform",
                 phi:float=0.6,           # Mallows dispersion for "mallows"/"mixture"
                 seed:int=0,
-                counterexamples:dict|None=None, # if a dict, the first violation of each (rule, beta, axiom) is stored in it
+                # if a dict, the first violation of each (rule, beta, axiom) is stored in it
+                counterexamples:dict|None=None,
                 n_jobs:int=1,            # worker processes over cells (same numbers for any n_jobs)
                )->pd.DataFrame:
-    "Audit every rule at every β on the same random profiles; one row per (kind, m, n, rule, β, axiom)."
+    ("Audit every rule at every β on the same random profiles; one row per (kind, m, n, rule, β, "
+     "axiom).")
     bad = set(axioms) - {"A1", "A2", "A3", "A4", "A5", "A6", "A7"}
     if bad: raise ValueError(f"unknown axioms {sorted(bad)}; choose from A1..A7")
-    if ref not in ("uniform", "dirichlet"): raise ValueError(f"ref must be 'uniform' or 'dirichlet', got {ref!r}")
+    if ref not in ("uniform", "dirichlet"):
+        raise ValueError(f"ref must be 'uniform' or 'dirichlet', got {ref!r}")
     for k in kinds_rules: Rule(k, 0.0)
     betas = [check_beta(b) for b in betas]
     cells = list(itertools.product(profile_kinds, m_values, n_values))
-    args = [(ci, pk, m, n, tuple(kinds_rules), betas, n_profiles, tuple(axioms), ref, phi, seed) for ci, (pk, m, n) in enumerate(cells)]
+    args = [
+        (ci, pk, m, n, tuple(kinds_rules), betas, n_profiles, tuple(axioms), ref, phi, seed)
+        for ci, (pk, m, n) in enumerate(cells)
+    ]
     if n_jobs > 1 and len(cells) > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
-        from maspob_etal.social_choice import _audit_cell as worker   # spawned workers need the installed function
+        # spawned workers need the installed function
+        from maspob_etal.social_choice import _audit_cell as worker
         with ProcessPoolExecutor(n_jobs, mp_context=mp.get_context("spawn")) as ex:
-            results = list(progress(ex.map(worker, *zip(*args)), total=len(cells), desc="audit cells"))
+            results = list(
+                progress(ex.map(worker, *zip(*args)), total=len(cells), desc="audit cells")
+            )
     else: results = [_audit_cell(*a) for a in progress(args, desc="audit cells")]
     rows = []
     for r, cex in results:
@@ -552,7 +721,8 @@ def axiom_audit(kinds_rules:Sequence[str]=RULE_KINDS, # rule kinds to audit
 
 # %% ../nbs/02_social_choice.ipynb #cc2e8002
 def all_rankings(m:int)->np.ndarray:
-    "The m! strict rankings of m alternatives (best first) in lexicographic order; row 0 is the identity."
+    ("The m! strict rankings of m alternatives (best first) in lexicographic order; row 0 is the "
+     "identity.")
     return np.array(list(itertools.permutations(range(m))), dtype=np.int64)
 
 def ranking_matrices(m:int)->np.ndarray:
@@ -562,36 +732,44 @@ def ranking_matrices(m:int)->np.ndarray:
 def profile_counts(rankings)->np.ndarray:
     "The anonymous profile: how many voters hold each ranking of `all_rankings(m)`, (m!,)."
     r = check_rankings(rankings); m = r.shape[1]
-    code = (r * m ** np.arange(m - 1, -1, -1)).sum(1)                    # base-m code of each ranking
-    R = all_rankings(m); lookup = dict(zip((R * m ** np.arange(m - 1, -1, -1)).sum(1).tolist(), range(len(R))))
+    code = (r * m ** np.arange(m - 1, -1, -1)).sum(1)  # base-m code of each ranking
+    R = all_rankings(m)
+    lookup = dict(zip((R * m ** np.arange(m - 1, -1, -1)).sum(1).tolist(), range(len(R))))
     return np.bincount([lookup[c] for c in code.tolist()], minlength=len(R)).astype(float)
 
 def enumerate_profiles(m:int,               # alternatives
                        n:int,               # voters
                        neutral:bool=True,   # keep only profiles holding the identity ranking
                       )->np.ndarray:        # (K, m!) ranking counts
-    "Every anonymous profile of n voters over m alternatives; `neutral`: one or more per class of relabellings."
-    if n < 1 or m < 2: raise ValueError(f"need n >= 1 voters and m >= 2 alternatives, got n={n}, m={m}")
+    ("Every anonymous profile of n voters over m alternatives; `neutral`: one or more per class of"
+     " relabellings.")
+    if n < 1 or m < 2:
+        raise ValueError(f"need n >= 1 voters and m >= 2 alternatives, got n={n}, m={m}")
     R, rest = math.factorial(m), (n - 1 if neutral else n)
-    combos = np.array(list(itertools.combinations_with_replacement(range(R), rest)), dtype=np.int64).reshape(-1, rest)
+    combos = np.array(
+        list(itertools.combinations_with_replacement(range(R), rest)), dtype=np.int64
+    ).reshape(-1, rest)
     C = np.zeros((len(combos), R))
     np.add.at(C, (np.repeat(np.arange(len(combos)), rest), combos.ravel()), 1.0)
-    if neutral: C[:, 0] += 1                 # relabel so that some voter holds the identity: every class is hit
+    if neutral: C[:, 0] += 1  # relabel so that some voter holds the identity: every class is hit
     return C
 
 # %% ../nbs/02_social_choice.ipynb #daaab629
 def is_violation(score, axiom:str)->np.ndarray:
-    "Which signed scores of `axiom_scores` are violations: A1, a Condorcet winner not strictly on top (gap under 1e-9); A3, a drop over 1e-8."
+    ("Which signed scores of `axiom_scores` are violations: A1, a Condorcet winner not strictly on"
+     " top (gap under 1e-9); A3, a drop over 1e-8.")
     if axiom not in ("A1", "A3"): raise ValueError(f"axiom must be 'A1' or 'A3', got {axiom!r}")
     score = np.asarray(score, float); return score >= -1e-9 if axiom == "A1" else score > 1e-8
 
 def rlhf_policy_from_reward(r, beta:float, ref)->np.ndarray:
-    "The KL-regularized policy of rewards r (K, m): softmax(log ref + r/β), or the argmax lottery at β = 0."
+    ("The KL-regularized policy of rewards r (K, m): softmax(log ref + r/β), or the argmax lottery"
+     " at β = 0.")
     if check_beta(beta) == 0: return _argmax_lottery(r, ref=ref)
     return _softmax(np.log(ref) + r / beta)
 
 def rule_policies(kind:str, P, betas:Sequence[float], ref=None)->dict:
-    "{β: (K, m) policies} of the rule `kind` on a batch of preference matrices (the reward or the Newton path computed once)."
+    ("{β: (K, m) policies} of the rule `kind` on a batch of preference matrices (the reward or the"
+     " Newton path computed once).")
     Rule(kind, 0.0); ref = check_ref(ref, np.shape(P)[-1])
     if kind == "vnw": return vnw_path(P, betas, ref)
     r = bt_reward(P) if kind == "rlhf_bt" else borda_scores(P)
@@ -601,57 +779,80 @@ def axiom_scores(weights,                 # (K, m!) ranking counts or weights of
                  kinds:Sequence[str],      # rule kinds, from RULE_KINDS
                  betas:Sequence[float],    # KL strengths (0 = unregularized)
                  ref=None,                 # reference policy (m,); None means uniform
-                 swap_mass=None,           # fraction of the electorate moved by one swap, scalar or (K,); None: one voter, 1/n
+                 # fraction of the electorate moved by one swap, scalar or (K,); None: one voter,
+                 # 1/n
+                 swap_mass=None,
                  axioms:Sequence[str]=("A1", "A3"),
-                )->dict:                   # {(kind, β): {"A1": (K,), "A3": (K,), "A3_swap": (K, 3)}}
-    "Signed size of each profile's worst A1 and A3 failure per rule and β: > 0 is a violation, -inf means nothing to check."
+                )->dict:  # {(kind, β): {"A1": (K,), "A3": (K,), "A3_swap": (K, 3)}}
+    ("Signed size of each profile's worst A1 and A3 failure per rule and β: > 0 is a violation, "
+     "-inf means nothing to check.")
     W = np.asarray(weights, float)
     m = {math.factorial(k): k for k in range(2, 8)}.get(W.shape[-1]) if W.ndim == 2 else None
     if m is None: raise ValueError(f"weights must be (K, m!) with m in 2..7, got shape {W.shape}")
     tot = W.sum(1)
-    if (W < 0).any() or (tot <= 0).any(): raise ValueError("weights must be non-negative with a positive sum per profile")
+    if (W < 0).any() or (tot <= 0).any():
+        raise ValueError("weights must be non-negative with a positive sum per profile")
     ref = check_ref(ref, m)
-    delta = 1 / tot if swap_mass is None else np.broadcast_to(np.asarray(swap_mass, float), tot.shape)
+    delta = (
+        1 / tot if swap_mass is None else np.broadcast_to(np.asarray(swap_mass, float), tot.shape)
+    )
     R, Pr = all_rankings(m), ranking_matrices(m)
     P = np.einsum("kr,rab->kab", W / tot[:, None], Pr)                       # (K, m, m)
-    P[:, np.arange(m), np.arange(m)] = 0.5                                   # exactly 1/2, not 1/2 + rounding
+    P[:, np.arange(m), np.arange(m)] = 0.5  # exactly 1/2, not 1/2 + rounding
     cw = np.array([-1 if (c := condorcet_winner(p)) is None else c for p in P]); has = cw >= 0
-    if "A3" in axioms:                                                       # every distinct single swap
-        code = (R * m ** np.arange(m - 1, -1, -1)).sum(1); lookup = dict(zip(code.tolist(), range(len(R))))
-        k_i, r_i, j_i = [a.ravel() for a in np.meshgrid(np.arange(len(W)), np.arange(len(R)), np.arange(1, m), indexing="ij")]
-        keep = W[k_i, r_i] / tot[k_i] >= delta[k_i] - 1e-12                  # enough voters hold ranking r to move
+    if "A3" in axioms:  # every distinct single swap
+        code = (R * m ** np.arange(m - 1, -1, -1)).sum(1)
+        lookup = dict(zip(code.tolist(), range(len(R))))
+        k_i, r_i, j_i = [
+            a.ravel()
+            for a in np.meshgrid(
+                np.arange(len(W)), np.arange(len(R)), np.arange(1, m), indexing="ij"
+            )
+        ]
+        keep = W[k_i, r_i] / tot[k_i] >= delta[k_i] - 1e-12  # enough voters hold ranking r to move
         k_i, r_i, j_i = k_i[keep], r_i[keep], j_i[keep]
         r2 = R[r_i].copy(); rows = np.arange(len(r_i))
-        r2[rows, j_i], r2[rows, j_i - 1] = R[r_i, j_i - 1], R[r_i, j_i]     # a = r[j] jumps over r[j-1]
-        r2_i = np.array([lookup[c] for c in (r2 * m ** np.arange(m - 1, -1, -1)).sum(1).tolist()], dtype=np.int64)
+        # a = r[j] jumps over r[j-1]
+        r2[rows, j_i], r2[rows, j_i - 1] = R[r_i, j_i - 1], R[r_i, j_i]
+        r2_i = np.array(
+            [lookup[c] for c in (r2 * m ** np.arange(m - 1, -1, -1)).sum(1).tolist()],
+            dtype=np.int64,
+        )
         a_i = R[r_i, j_i]
-        Psw = np.clip(P[k_i] + delta[k_i, None, None] * (Pr[r2_i] - Pr[r_i]), 0, 1)   # the swap leaves the diagonal alone
+        # the swap leaves the diagonal alone
+        Psw = np.clip(P[k_i] + delta[k_i, None, None] * (Pr[r2_i] - Pr[r_i]), 0, 1)
     out = {}
     for kind in kinds:
         pol = rule_policies(kind, P, betas, ref)
         pol_sw = rule_policies(kind, Psw, betas, ref) if "A3" in axioms else None
         for b in betas:
             d = {}
-            if "A1" in axioms:                                               # minus the Condorcet winner's ratio gap
+            if "A1" in axioms:  # minus the Condorcet winner's ratio gap
                 ratio = pol[b] / ref; a1 = np.full(len(W), -np.inf)
                 if has.any():
                     others = np.where(np.arange(m)[None] == cw[has, None], -np.inf, ratio[has])
                     a1[has] = others.max(1) - ratio[has, cw[has]]
                 d["A1"] = a1
-            if "A3" in axioms:                                               # the largest drop of pi(a) when a is raised
+            if "A3" in axioms:  # the largest drop of pi(a) when a is raised
                 drop = pol[b][k_i, a_i] - pol_sw[b][np.arange(len(k_i)), a_i]
                 a3 = np.full(len(W), -np.inf); np.maximum.at(a3, k_i, drop)
                 sw = np.full((len(W), 3), -1, np.int64)
-                hit = np.nonzero(drop >= a3[k_i])[0]                         # the swap that attains the maximum
+                hit = np.nonzero(drop >= a3[k_i])[0]  # the swap that attains the maximum
                 sw[k_i[hit]] = np.stack([r_i[hit], a_i[hit], R[r_i[hit], j_i[hit] - 1]], 1)
                 d["A3"], d["A3_swap"] = a3, sw
             out[(kind, float(b))] = d
     return out
 
 # %% ../nbs/02_social_choice.ipynb #97e99866
-def smallest_counterexamples(m:int, n_values:Sequence[int], kinds:Sequence[str], betas:Sequence[float],
-                             axioms:Sequence[str]=("A1", "A3"))->tuple[pd.DataFrame, dict]:
-    "Exhaustive search, n ascending: per (rule, β, axiom) the profiles checked, violations, and the smallest counterexample (largest violation at the first n)."
+def smallest_counterexamples(
+    m: int,
+    n_values: Sequence[int],
+    kinds: Sequence[str],
+    betas: Sequence[float],
+    axioms: Sequence[str] = ("A1", "A3"),
+) -> tuple[pd.DataFrame, dict]:
+    ("Exhaustive search, n ascending: per (rule, β, axiom) the profiles checked, violations, and "
+     "the smallest counterexample (largest violation at the first n).")
     rows, found = [], {}
     for n in sorted(n_values):
         C = enumerate_profiles(m, n)
@@ -659,72 +860,115 @@ def smallest_counterexamples(m:int, n_values:Sequence[int], kinds:Sequence[str],
         for (kind, b), d in sc.items():
             for ax in axioms:
                 v = d[ax]; bad = np.nonzero(is_violation(v, ax))[0]
-                rows.append(dict(m=m, n=n, rule=kind, beta=b, axiom=ax, profiles=len(C), violations=len(bad),
-                                 max_violation=float(v[bad].max()) if len(bad) else 0.0))
+                rows.append(
+                    dict(
+                        m=m,
+                        n=n,
+                        rule=kind,
+                        beta=b,
+                        axiom=ax,
+                        profiles=len(C),
+                        violations=len(bad),
+                        max_violation=float(v[bad].max()) if len(bad) else 0.0,
+                    )
+                )
                 if len(bad) and (kind, b, ax) not in found:
                     k = bad[np.argmax(v[bad])]
-                    found[(kind, b, ax)] = dict(counts=C[k].astype(int).tolist(), swap=d["A3_swap"][k].tolist() if ax == "A3" else None)
+                    found[(kind, b, ax)] = dict(
+                        counts=C[k].astype(int).tolist(),
+                        swap=d["A3_swap"][k].tolist() if ax == "A3" else None,
+                    )
     df = pd.DataFrame(rows)
     return df, found
 
 # %% ../nbs/02_social_choice.ipynb #b3012dfe
 def adversarial_search(kind:str, beta:float, axiom:str, m:int,
                        ref=None,               # reference policy (m,); None means uniform
-                       swap_mass:float=0.02,   # A3: fraction of the electorate that raises a (one voter in 50)
+                       # A3: fraction of the electorate that raises a (one voter in 50)
+                       swap_mass:float=0.02,
                        pop:int=48,             # candidate electorates per generation
                        elite:int=8,            # survivors per generation
                        generations:int=25,
                        sigma:float=1.0,        # mutation scale of the ranking logits
                        seed:int=0,
-                      )->dict:                 # {"score": best signed violation, "weights": (m!,), "swap": ...}
-    "Evolutionary search over weighted electorates (weights on the m! rankings) for the worst A1 or A3 failure of rule (kind, β)."
+                      )->dict:  # {"score": best signed violation, "weights": (m!,), "swap": ...}
+    ("Evolutionary search over weighted electorates (weights on the m! rankings) for the worst A1 "
+     "or A3 failure of rule (kind, β).")
     if axiom not in ("A1", "A3"): raise ValueError(f"axiom must be 'A1' or 'A3', got {axiom!r}")
     rng = np.random.default_rng(seed); R = math.factorial(m)
-    L = rng.normal(size=(pop, R)) * rng.uniform(0.3, 3, (pop, 1))        # logits: near-uniform to sparse electorates
+    # logits: near-uniform to sparse electorates
+    L = rng.normal(size=(pop, R)) * rng.uniform(0.3, 3, (pop, 1))
     best_L, best_s = None, None
     for g in range(generations):
         W = _softmax(L)
-        d = axiom_scores(W, [kind], [beta], ref, swap_mass=swap_mass, axioms=(axiom,))[(kind, float(beta))]
-        s = np.where(np.isfinite(d[axiom]), d[axiom], -1.0)                # nothing to check: worst score
+        d = axiom_scores(W, [kind], [beta], ref, swap_mass=swap_mass, axioms=(axiom,))[
+            (kind, float(beta))
+        ]
+        s = np.where(np.isfinite(d[axiom]), d[axiom], -1.0)  # nothing to check: worst score
         allL, alls = (L, s) if best_L is None else (np.r_[best_L, L], np.r_[best_s, s])
         top = np.argsort(-alls, kind="stable")[:elite]
         best_L, best_s = allL[top], alls[top]
         parents = best_L[rng.integers(0, elite, pop)]
         step = sigma * (0.97 ** g)
-        L = parents + step * rng.normal(size=parents.shape) * (rng.random(parents.shape) < 0.3)   # sparse mutations
+        # sparse mutations
+        L = parents + step * rng.normal(size=parents.shape) * (rng.random(parents.shape) < 0.3)
     W = _softmax(best_L[:1])
-    d = axiom_scores(W, [kind], [beta], ref, swap_mass=swap_mass, axioms=(axiom,))[(kind, float(beta))]
-    return dict(kind=kind, beta=float(beta), axiom=axiom, m=m, score=float(d[axiom][0]), weights=W[0],
-                swap=d["A3_swap"][0].tolist() if axiom == "A3" else None)
+    d = axiom_scores(W, [kind], [beta], ref, swap_mass=swap_mass, axioms=(axiom,))[
+        (kind, float(beta))
+    ]
+    return dict(
+        kind=kind,
+        beta=float(beta),
+        axiom=axiom,
+        m=m,
+        score=float(d[axiom][0]),
+        weights=W[0],
+        swap=d["A3_swap"][0].tolist() if axiom == "A3" else None,
+    )
 
 # %% ../nbs/02_social_choice.ipynb #9e294236
 def nash_md_tabular(P, beta:float, ref=None, eta:float=0.05, steps:int=20_000)->np.ndarray:
-    "Tabular Nash mirror descent $\\pi_{t+1}\\propto\\pi_t^{1-\\eta\\beta}\\pi_{ref}^{\\eta\\beta}e^{\\eta P\\pi_t}$ from pi_ref."
+    ("Tabular Nash mirror descent "
+     "$\\pi_{t+1}\\propto\\pi_t^{1-\\eta\\beta}\\pi_{ref}^{\\eta\\beta}e^{\\eta P\\pi_t}$ from "
+     "pi_ref.")
     P, beta = check_P(P), check_beta(beta); ref = check_ref(ref, P.shape[0])
-    if beta <= 0 or not 0 < eta * beta < 1: raise ValueError(f"need beta > 0 and 0 < eta*beta < 1, got beta={beta}, eta={eta}")
+    if beta <= 0 or not 0 < eta * beta < 1:
+        raise ValueError(f"need beta > 0 and 0 < eta*beta < 1, got beta={beta}, eta={eta}")
     logpi, logref = np.log(ref).copy(), np.log(ref)
     for _ in range(steps):
         logpi = (1 - eta * beta) * logpi + eta * beta * logref + eta * P @ np.exp(logpi)
         logpi -= logpi.max() + np.log(np.exp(logpi - logpi.max()).sum())
     return np.exp(logpi)
 
-def rlhf_tabular(rankings, beta:float, ref=None, n_comparisons:int=200_000, lr:float=0.5, steps:int=3000,
-                 batch:int=4096, weights=None, seed:int=0)->np.ndarray:
-    "RLHF from sampled pairwise comparisons: SGD on the Bradley-Terry likelihood, then the closed-form KL policy."
+def rlhf_tabular(
+    rankings,
+    beta: float,
+    ref=None,
+    n_comparisons: int = 200_000,
+    lr: float = 0.5,
+    steps: int = 3000,
+    batch: int = 4096,
+    weights=None,
+    seed: int = 0,
+) -> np.ndarray:
+    ("RLHF from sampled pairwise comparisons: SGD on the Bradley-Terry likelihood, then the "
+     "closed-form KL policy.")
     r = check_rankings(rankings); n, m = r.shape; beta = check_beta(beta); ref = check_ref(ref, m)
     rng = np.random.default_rng(seed)
     w = np.ones(n) / n if weights is None else np.asarray(weights, float) / np.sum(weights)
     pos = np.argsort(r, 1)
-    a = rng.integers(0, m, n_comparisons); b = (a + rng.integers(1, m, n_comparisons)) % m   # uniform ordered pairs a != b
+    # uniform ordered pairs a != b
+    a = rng.integers(0, m, n_comparisons); b = (a + rng.integers(1, m, n_comparisons)) % m
     v = rng.choice(n, size=n_comparisons, p=w)
-    y = (pos[v, a] < pos[v, b]).astype(float)                                             # 1 if the voter prefers a
+    y = (pos[v, a] < pos[v, b]).astype(float)  # 1 if the voter prefers a
     rew = np.zeros(m)
     for t in range(steps):
         idx = rng.integers(0, n_comparisons, batch)
         d = rew[a[idx]] - rew[b[idx]]
-        g = y[idx] - 1 / (1 + np.exp(-d))                                                 # d log-lik / d(r_a - r_b)
-        grad = (np.bincount(a[idx], g, m) - np.bincount(b[idx], g, m)) * (m - 1) / batch  # unbiased, per alternative
-        rew += lr / (1 + t / 300) * (grad - 2e-6 * rew)                                   # Robbins-Monro step size
+        g = y[idx] - 1 / (1 + np.exp(-d))  # d log-lik / d(r_a - r_b)
+        # unbiased, per alternative
+        grad = (np.bincount(a[idx], g, m) - np.bincount(b[idx], g, m)) * (m - 1) / batch
+        rew += lr / (1 + t / 300) * (grad - 2e-6 * rew)  # Robbins-Monro step size
         rew -= rew.mean()
     if beta == 0: return _argmax_lottery(rew, ref=ref)
     z = np.log(ref) + rew / beta
@@ -732,15 +976,27 @@ def rlhf_tabular(rankings, beta:float, ref=None, n_comparisons:int=200_000, lr:f
 
 # %% ../nbs/02_social_choice.ipynb #6286210d
 def clean_window(audit:pd.DataFrame, rule:str="vnw")->pd.DataFrame:
-    "Per (profiles, m, n): the smallest β > 0 from which A3 is clean, the largest β up to which A1 is clean, and whether they overlap."
+    ("Per (profiles, m, n): the smallest β > 0 from which A3 is clean, the largest β up to which "
+     "A1 is clean, and whether they overlap.")
     rows = []
     for (pk, m, n), d in audit.query("rule == @rule and beta > 0").groupby(["profiles", "m", "n"]):
-        a1 = d.query("axiom == 'A1'").groupby("beta").violations.sum()     # pooled over seeds, if several
+        # pooled over seeds, if several
+        a1 = d.query("axiom == 'A1'").groupby("beta").violations.sum()
         a3 = d.query("axiom == 'A3'").groupby("beta").violations.sum()
         bs = a1.index.values
         mono = [b for b in bs if (a3.loc[a3.index >= b] == 0).all()]
         cc = [b for b in bs if (a1.loc[a1.index <= b] == 0).all()]
         lo, hi = (min(mono) if mono else np.nan), (max(cc) if cc else np.nan)
         both = [b for b in bs if a1[b] == 0 and a3[b] == 0]
-        rows.append(dict(profiles=pk, m=m, n=n, beta_mono=lo, beta_cc=hi, clean_betas=len(both), window=bool(both)))
+        rows.append(
+            dict(
+                profiles=pk,
+                m=m,
+                n=n,
+                beta_mono=lo,
+                beta_cc=hi,
+                clean_betas=len(both),
+                window=bool(both),
+            )
+        )
     return pd.DataFrame(rows)
