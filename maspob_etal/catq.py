@@ -30,13 +30,17 @@ __all__ = ['QUANTIZERS', 'check_group_size', 'group_stats', 'hard_ternary', 'mod
 def check_group_size(in_features:int, # width of the weight's input dimension
                      group_size:int,  # weights per group g
                     )->int:           # number of groups per row
-    "Return `in_features // group_size`; raise if `group_size` does not divide `in_features` (no padding, as in the official code)."
+    ("Return `in_features // group_size`; raise if `group_size` does not divide `in_features` (no "
+     "padding, as in the official code).")
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
     if in_features % group_size:
         fits = [g for g in (16, 32, 48, 64, 96, 128, 192, 256) if in_features % g == 0]
-        raise ValueError(f"group_size={group_size} does not divide in_features={in_features}; groups are not padded "
-                         f"(as in the official TernaryQuantizer): choose a divisor of {in_features}" + (f", e.g. {fits}" if fits else ""))
+        raise ValueError(
+            f"group_size={group_size} does not divide in_features={in_features}; groups are not"
+            f" padded (as in the official TernaryQuantizer): choose a divisor of {in_features}"
+            + (f", e.g. {fits}" if fits else "")
+        )
     return in_features // group_size
 
 def _grouped(w:Tensor, group_size:int)->Tensor:
@@ -57,7 +61,14 @@ def group_stats(w:Tensor,        # weight, (out, in)
 def hard_ternary(w_hat:Tensor, # normalised weights, any shape
                  delta:Tensor|float, # dead-zone threshold, broadcastable to w_hat
                 )->Tensor:     # codes Q in {-1, 0, 1}, same shape and dtype as w_hat
-    r"Hard ternarizer $Q(\hat W;\Delta)$ (Eq. 2), computed as the official $\mathrm{clamp}(\mathrm{round}(\hat W\cdot 0.5/\Delta), -1, 1)$."
+    (r"Hard ternarizer $Q(\hat W;\Delta)$ (Eq. 2), computed as the official "
+     r"$\mathrm{clamp}(\mathrm{round}(\hat W\cdot 0.5/\Delta), -1, 1)$.")
+    d = torch.as_tensor(delta)
+    if not bool((d > 0).all()):
+        got = repr(delta) if d.ndim == 0 else f"a tensor whose smallest entry is {d.min().item():g}"
+        raise ValueError(
+            f"delta is the dead-zone threshold and must be > 0 (every entry), got {got}"
+        )
     return torch.clamp(torch.round(w_hat * 0.5 / delta), -1, 1)
 
 # %% ../nbs/05_catq.ipynb #93e01185
@@ -81,8 +92,10 @@ def soft_ternary(w_hat:Tensor, # normalised weights, any shape
                  s:float,      # sharpness s >= 0; 0 gives the identity (the s -> 0 limit)
                  delta:Tensor|float, # dead-zone threshold, broadcastable to w_hat
                 )->Tensor:     # f(w_hat; s, delta), same shape as w_hat
-    r"Softened ternarizer $f(x; s, \Delta) = [\tanh(s(x-\Delta)) + \tanh(s(x+\Delta))] / (2\tanh s)$ (Eq. 6, reconstructed)."
-    if s is None or not math.isfinite(s) or s < 0: raise ValueError(f"sharpness s must be a finite number >= 0, got {s!r}")
+    (r"Softened ternarizer $f(x; s, \Delta) = [\tanh(s(x-\Delta)) + \tanh(s(x+\Delta))] / (2\tanh "
+     r"s)$ (Eq. 6, reconstructed).")
+    if s is None or not math.isfinite(s) or s < 0:
+        raise ValueError(f"sharpness s must be a finite number >= 0, got {s!r}")
     if s == 0: return w_hat
     return (torch.tanh(s*(w_hat - delta)) + torch.tanh(s*(w_hat + delta))) / (2*math.tanh(s))
 
@@ -90,7 +103,8 @@ def sharpness(t:float,          # calibration progress in [0, 1]
               gamma:float=0.8,  # soft-phase ratio (official progressive_ratio)
               s0:float=30.0,    # sharpness at t = gamma (official s0)
              )->float|None:     # s_t, or None in the hard phase
-    r"Sharpness schedule of Eq. 5: $s_t = (t/\gamma)\, s_0$ for $t \le \gamma$, None (hard $Q$) after."
+    (r"Sharpness schedule of Eq. 5: $s_t = (t/\gamma)\, s_0$ for $t \le \gamma$, None (hard $Q$) "
+     r"after.")
     if not 0 <= t <= 1: raise ValueError(f"progress t must be in [0, 1], got {t}")
     if not 0 < gamma <= 1: raise ValueError(f"gamma must be in (0, 1], got {gamma}")
     if not s0 > 0: raise ValueError(f"s0 must be > 0, got {s0}")
@@ -105,29 +119,40 @@ class _RoundClipSTE(torch.autograd.Function):
 
 def ste_ternary(w_hat:Tensor, # normalised weights
                 delta:Tensor|float, # threshold, broadcastable to w_hat
-               )->Tensor:     # exactly hard_ternary(w_hat, delta) forward; straight-through gradient
-    r"Hard $Q(\hat W;\Delta)$ forward with a straight-through gradient through $u = \hat W\cdot 0.5/\Delta$ (reconstructed)."
+               )->Tensor:  # exactly hard_ternary(w_hat, delta) forward; straight-through gradient
+    (r"Hard $Q(\hat W;\Delta)$ forward with a straight-through gradient through $u = \hat W\cdot "
+     r"0.5/\Delta$ (reconstructed).")
     return _RoundClipSTE.apply(w_hat * 0.5 / delta)
 
 # %% ../nbs/05_catq.ipynb #dd6164e4
 class CatQLinear(nn.Module):
-    "An `nn.Linear` whose weight is ternarized by CAT-Q: learnable modulation (Eq. 3-4), optional LoRA (Eq. 7), soft/hard ternarizer (Eq. 5)."
-    def __init__(self, linear:nn.Linear,  # the layer to wrap; its weight is shared and frozen, not copied
-                 group_size:int=64,       # weights per group (paper 128 where it divides the width)
-                 delta0:float=0.5,        # prior threshold Delta_0 (official init_round_thd)
-                 lora_rank:int=0,         # LoRA rank r; 0 disables LoRA
-                 lora_alpha:float=1.0,    # LoRA scaling numerator (official default 1)
-                 gamma:float=0.8,         # soft-phase ratio (official progressive_ratio)
-                 s0:float=30.0,           # final soft sharpness (official s0)
-                 use_st:bool=True,        # False: hard ternarizer with STE at every step
-                 factor_act:str="sigmoid", # factor parametrization; the official configs use sigmoid
-                 generator:torch.Generator|None=None, # CPU generator for the LoRA A init
-                ):
+    ("An `nn.Linear` whose weight is ternarized by CAT-Q: learnable modulation (Eq. 3-4), optional"
+     " LoRA (Eq. 7), soft/hard ternarizer (Eq. 5).")
+    def __init__(
+        self,
+        linear: nn.Linear,  # the layer to wrap; its weight is shared and frozen, not copied
+        group_size: int = 64,  # weights per group (paper 128 where it divides the width)
+        delta0: float = 0.5,  # prior threshold Delta_0 (official init_round_thd)
+        lora_rank: int = 0,  # LoRA rank r; 0 disables LoRA
+        lora_alpha: float = 1.0,  # LoRA scaling numerator (official default 1)
+        gamma: float = 0.8,  # soft-phase ratio (official progressive_ratio)
+        s0: float = 30.0,  # final soft sharpness (official s0)
+        use_st: bool = True,  # False: hard ternarizer with STE at every step
+        # factor parametrization; the official configs use sigmoid
+        factor_act: str = "sigmoid",
+        generator: torch.Generator | None = None,  # CPU generator for the LoRA A init
+    ):
         super().__init__()
-        if not isinstance(linear, nn.Linear): raise TypeError(f"CatQLinear wraps an nn.Linear, got {type(linear).__name__}")
-        if factor_act != "sigmoid": raise ValueError(f"factor_act must be 'sigmoid' (the only one in the official configs), got {factor_act!r}")
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"CatQLinear wraps an nn.Linear, got {type(linear).__name__}")
+        if factor_act != "sigmoid":
+            raise ValueError(
+                "factor_act must be 'sigmoid' (the only one in the official configs), got"
+                f" {factor_act!r}"
+            )
         if not delta0 > 0: raise ValueError(f"delta0 must be > 0, got {delta0}")
-        if isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 0: raise ValueError(f"lora_rank must be an integer >= 0, got {lora_rank!r}")
+        if isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 0:
+            raise ValueError(f"lora_rank must be an integer >= 0, got {lora_rank!r}")
         sharpness(1.0, gamma, s0)                                     # validates gamma and s0
         out_f, in_f = linear.weight.shape
         self.in_features, self.out_features, self.group_size = in_f, out_f, group_size
@@ -136,23 +161,42 @@ class CatQLinear(nn.Module):
         self.weight.requires_grad_(False)
         if self.bias is not None: self.bias.requires_grad_(False)
         kw = dict(device=self.weight.device, dtype=self.weight.dtype)
-        self.a = nn.Parameter(torch.zeros(out_f, self.n_groups, **kw))   # raw factors, (out, G): Eq. 3 at 0
+        # raw factors, (out, G): Eq. 3 at 0
+        self.a = nn.Parameter(torch.zeros(out_f, self.n_groups, **kw))
         self.m = nn.Parameter(torch.zeros(out_f, self.n_groups, **kw))
         self.d = nn.Parameter(torch.zeros(out_f, self.n_groups, **kw))
-        self.delta0, self.lora_rank, self.gamma, self.s0, self.use_st = delta0, lora_rank, gamma, s0, use_st
+        self.delta0, self.lora_rank, self.gamma, self.s0, self.use_st = (
+            delta0,
+            lora_rank,
+            gamma,
+            s0,
+            use_st,
+        )
         if lora_rank:
             bound = 1/math.sqrt(in_f)
-            A = (torch.rand(lora_rank, in_f, generator=generator)*2 - 1)*bound  # drawn on the CPU, then moved
+            # drawn on the CPU, then moved
+            A = (torch.rand(lora_rank, in_f, generator=generator)*2 - 1)*bound
             self.lora_A = nn.Parameter(A.to(**kw))                              # (r, in)
             self.lora_B = nn.Parameter(torch.zeros(out_f, lora_rank, **kw))     # (out, r)
             self.scaling = lora_alpha / lora_rank
-        self.t, self.mode = 1.0, "catq"                                          # hard phase until a calibrator says otherwise
+        self.t, self.mode = 1.0, "catq"  # hard phase until a calibrator says otherwise
 
     def extra_repr(self):
-        return (f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
-                f"lora_rank={self.lora_rank}, mode={self.mode!r}, t={self.t:.3f}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features},"
+            f" group_size={self.group_size}, lora_rank={self.lora_rank}, mode={self.mode!r},"
+            f" t={self.t:.3f}"
+        )
 
 # %% ../nbs/05_catq.ipynb #8fbe942e
+def _check_width(x:Tensor, in_features:int, layer:str):
+    "Raise a clear error when the input's last dimension is not the layer's input width."
+    if x.ndim == 0 or x.shape[-1] != in_features:
+        raise ValueError(
+            f"{layer} expects inputs of shape (..., in_features) = (..., {in_features}), got shape "
+            f"{tuple(x.shape)}: pass inputs whose last dimension is {in_features}"
+        )
+
 @patch
 def set_progress(self:CatQLinear, t:float):
     "Set the calibration progress t in [0, 1] that chooses the ternarizer (Eq. 5); 1 means hard."
@@ -160,16 +204,18 @@ def set_progress(self:CatQLinear, t:float):
 
 @patch
 def merged_weight(self:CatQLinear)->Tensor:
-    r"$W' = W + (\text{lora\_alpha}/r) B A$ (Eq. 7), or $W$ without LoRA; (out, in)."
+    r"$W' = W + (\mathrm{lora}_\alpha/r) B A$ (Eq. 7), or $W$ without LoRA; (out, in)."
     if not self.lora_rank: return self.weight
     return self.weight + self.scaling*(self.lora_B @ self.lora_A)
 
 @patch
 def quant_params(self:CatQLinear, W:Tensor)->tuple[Tensor, Tensor, Tensor, Tensor]:
-    r"Normalised groups $\hat W$ (out, G, g) and the modulated $\mu, \alpha, \Delta$ (out, G) of weight `W`."
+    (r"Normalised groups $\hat W$ (out, G, g) and the modulated $\mu, \alpha, \Delta$ (out, G) of "
+     r"weight `W`.")
     mu0, alpha0 = group_stats(W, self.group_size)                          # Eq. 1
     mu, alpha, delta = modulate(mu0, alpha0, self.a, self.m, self.d, self.delta0)   # Eq. 3-4
-    w_hat = (_grouped(W, self.group_size) - mu[..., None]) / alpha[..., None]      # the redistribution proxy
+    # the redistribution proxy
+    w_hat = (_grouped(W, self.group_size) - mu[..., None]) / alpha[..., None]
     return w_hat, mu, alpha, delta
 
 @patch
@@ -177,12 +223,18 @@ def quant_weight(self:CatQLinear)->Tensor:
     r"The CAT-Q weight $\alpha\,T$ at the current progress (Eq. 5); (out, in)."
     w_hat, _, alpha, delta = self.quant_params(self.merged_weight())
     s = sharpness(self.t, self.gamma, self.s0) if self.use_st else None
-    T = ste_ternary(w_hat, delta[..., None]) if s is None else soft_ternary(w_hat, s, delta[..., None])
+    T = (
+        ste_ternary(w_hat, delta[..., None])
+        if s is None
+        else soft_ternary(w_hat, s, delta[..., None])
+    )
     return (alpha[..., None]*T).reshape(self.out_features, self.in_features)
 
 @patch
 def forward(self:CatQLinear, x:Tensor)->Tensor:
-    "Linear map with the CAT-Q weight (mode 'catq'), the original weight ('fp') or the RTN weight ('rtn')."
+    ("Linear map with the CAT-Q weight (mode 'catq'), the original weight ('fp') or the RTN weight"
+     " ('rtn').")
+    _check_width(x, self.in_features, "CatQLinear")
     if self.mode == "catq": W = self.quant_weight()
     elif self.mode == "fp": W = self.weight
     elif self.mode == "rtn": W = rtn_ternary(self.weight, self.group_size)
@@ -193,15 +245,21 @@ def forward(self:CatQLinear, x:Tensor)->Tensor:
 @patch
 @torch.no_grad()
 def export(self:CatQLinear)->tuple[Tensor, Tensor]:
-    "Merge LoRA and ternarize hard: int8 codes (out, in) in {-1, 0, 1} and per-group scales alpha (out, in // g)."
+    ("Merge LoRA and ternarize hard: int8 codes (out, in) in {-1, 0, 1} and per-group scales alpha"
+     " (out, in // g).")
     w_hat, _, alpha, delta = self.quant_params(self.merged_weight())
-    codes = hard_ternary(w_hat, delta[..., None]).reshape(self.out_features, self.in_features).to(torch.int8)
+    codes = (
+        hard_ternary(w_hat, delta[..., None])
+        .reshape(self.out_features, self.in_features)
+        .to(torch.int8)
+    )
     return codes, alpha.detach().clone()
 
 @patch
 @torch.no_grad()
 def merge_lora(self:CatQLinear)->CatQLinear:
-    r"Fold $(\text{lora\_alpha}/r)BA$ into the weight (Eq. 7) and drop the LoRA parameters; the quantized weight is unchanged."
+    (r"Fold $(\mathrm{lora}_\alpha/r)BA$ into the weight (Eq. 7) and drop the LoRA parameters; the"
+     r" quantized weight is unchanged.")
     if self.lora_rank:
         self.weight = nn.Parameter(self.merged_weight().detach().clone(), requires_grad=False)
         del self.lora_A, self.lora_B
@@ -219,8 +277,10 @@ def dequantize(codes:Tensor,   # int8 codes, (out, in)
 def pack_ternary(codes:Tensor, # int8 codes in {-1, 0, 1}, (out, in)
                 )->Tensor:     # uint8, (out, ceil(in / 4)): four 2-bit codes per byte
     "Pack ternary codes into 2 bits each (code + 1 in {0, 1, 2})."
-    if codes.ndim != 2: raise ValueError(f"codes must be 2-D (out, in), got shape {tuple(codes.shape)}")
-    if codes.numel() and (codes.min() < -1 or codes.max() > 1): raise ValueError("codes must all be in {-1, 0, 1}")
+    if codes.ndim != 2:
+        raise ValueError(f"codes must be 2-D (out, in), got shape {tuple(codes.shape)}")
+    if codes.numel() and (codes.min() < -1 or codes.max() > 1):
+        raise ValueError("codes must all be in {-1, 0, 1}")
     u = (codes.to(torch.int16) + 1).to(torch.uint8)
     if codes.shape[1] % 4: u = F.pad(u, (0, (-codes.shape[1]) % 4))
     u = u.reshape(codes.shape[0], -1, 4)
@@ -235,17 +295,25 @@ def unpack_ternary(packed:Tensor, # uint8 from `pack_ternary`, (out, ceil(in / 4
     return u.reshape(packed.shape[0], -1)[:, :in_features].to(torch.int8) - 1
 
 class TernaryLinear(nn.Module):
-    "A linear layer stored as 2-bit packed ternary codes and per-group scales; de-quantizes on the fly."
+    ("A linear layer stored as 2-bit packed ternary codes and per-group scales; de-quantizes on "
+     "the fly.")
     def __init__(self, codes:Tensor,   # int8 codes in {-1, 0, 1}, (out, in)
-                 scales:Tensor,        # per-group scales, (out, in // g); their dtype is kept (fp32 is bit-exact)
+                 # per-group scales, (out, in // g); their dtype is kept (fp32 is bit-exact)
+                 scales:Tensor,
                  bias:Tensor|None=None, # bias, (out,)
                  group_size:int=64,    # weights per group
                 ):
         super().__init__()
         self.out_features, self.in_features = codes.shape
         self.group_size = group_size
-        if tuple(scales.shape) != (self.out_features, check_group_size(self.in_features, group_size)):
-            raise ValueError(f"scales must have shape (out, in // group_size) = {(self.out_features, self.in_features // group_size)}, got {tuple(scales.shape)}")
+        if tuple(scales.shape) != (
+            self.out_features,
+            check_group_size(self.in_features, group_size),
+        ):
+            raise ValueError(
+                "scales must have shape (out, in // group_size) ="
+                f" {(self.out_features, self.in_features // group_size)}, got {tuple(scales.shape)}"
+            )
         self.register_buffer("packed", pack_ternary(codes))
         self.register_buffer("scales", scales.detach().clone())
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -259,9 +327,18 @@ class TernaryLinear(nn.Module):
         return dequantize(self.codes(), self.scales, self.group_size)
 
     def forward(self, x:Tensor)->Tensor:
-        return F.linear(x, self.dequantized_weight().to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+        _check_width(x, self.in_features, "TernaryLinear")
+        return F.linear(
+            x,
+            self.dequantized_weight().to(x.dtype),
+            None if self.bias is None else self.bias.to(x.dtype),
+        )
 
-    def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}"
+    def extra_repr(self):
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features},"
+            f" group_size={self.group_size}"
+        )
 
 # %% ../nbs/05_catq.ipynb #1c94d1f3
 def rtn_codes(w:Tensor,        # weight, (out, in)
@@ -283,11 +360,12 @@ def rtn_ternary(w:Tensor,       # weight, (out, in)
 # %% ../nbs/05_catq.ipynb #92f818cc
 def mse_ternary_params(wg:Tensor, # weight groups, (..., g)
                       )->tuple[Tensor, Tensor]: # scale alpha and threshold t, each (...)
-    r"Per-group MSE-optimal ternary grid (Eq. 9): keep the $k^\star$ largest $|w_i|$, $\alpha$ their mean, $t$ the smallest kept."
-    s = wg.abs().sort(-1, descending=True).values                    # |w| in decreasing order, (..., g)
-    c = s.cumsum(-1)                                                  # c_k, the sum of the k largest
+    (r"Per-group MSE-optimal ternary grid (Eq. 9): keep the $k^\star$ largest $|w_i|$, $\alpha$ "
+     r"their mean, $t$ the smallest kept.")
+    s = wg.abs().sort(-1, descending=True).values  # |w| in decreasing order, (..., g)
+    c = s.cumsum(-1)  # c_k, the sum of the k largest
     k = torch.arange(1, wg.shape[-1] + 1, dtype=wg.dtype, device=wg.device)
-    kb = (c*c/k).argmax(-1, keepdim=True)                             # k* - 1: error = |w|^2 - c_k^2 / k
+    kb = (c*c/k).argmax(-1, keepdim=True)  # k* - 1: error = |w|^2 - c_k^2 / k
     alpha = c.gather(-1, kb)[..., 0]/(kb[..., 0] + 1).to(wg.dtype)
     return alpha.clamp_min(1e-8), s.gather(-1, kb)[..., 0]
 
@@ -306,66 +384,91 @@ def mse_codes(w:Tensor,        # weight, (out, in)
 # %% ../nbs/05_catq.ipynb #ac4df037
 @torch.no_grad()
 def gptq_ternary(W:Tensor,          # weight, (out, in)
-                 H:Tensor,          # Hessian of the layer's output error, X^T X over its calibration inputs, (in, in)
+                 # Hessian of the layer's output error, X^T X over its calibration inputs, (in, in)
+                 H:Tensor,
                  group_size:int,    # weights per group g
                  damp:float=0.01,   # dampening, as a fraction of the mean diagonal (GPTQ's default)
-                 block:int|None=None, # columns per lazy-update block; None: the multiple of g nearest 128
+                 # columns per lazy-update block; None: the multiple of g nearest 128
+                 block:int|None=None,
                 )->tuple[Tensor, Tensor]: # int8 codes (out, in) and per-group scales (out, in // g)
-    r"GPTQ (Eq. 10) on a ternary grid: columns in order, each rounded, its error spread over the later columns through $H^{-1}$."
+    (r"GPTQ (Eq. 10) on a ternary grid: columns in order, each rounded, its error spread over the "
+     r"later columns through $H^{-1}$.")
     out, n = W.shape
     G = check_group_size(n, group_size)
     block = block or group_size*max(1, 128//group_size)
-    if block % group_size: raise ValueError(f"block ({block}) must be a multiple of group_size ({group_size}): a group is fitted on up-to-date weights")
+    if block % group_size:
+        raise ValueError(
+            f"block ({block}) must be a multiple of group_size ({group_size}): a group is fitted on"
+            " up-to-date weights"
+        )
     dt = torch.float64 if W.dtype == torch.float64 else torch.float32
     W, H = W.detach().clone().to(dt), H.detach().clone().to(dt)
-    dead = torch.diag(H) == 0                                            # inputs never active: their weights do not matter
+    dead = torch.diag(H) == 0  # inputs never active: their weights do not matter
     H[dead, dead] = 1.0; W[:, dead] = 0.0
     H += damp*torch.diag(H).mean()*torch.eye(n, dtype=dt, device=H.device)
-    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)   # H^-1 = U^T U
+    # H^-1 = U^T U
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
     codes, scales = torch.zeros_like(W), torch.zeros(out, G, dtype=dt, device=W.device)
     for i1 in range(0, n, block):
         i2 = min(i1 + block, n)
-        W1, E1, U1 = W[:, i1:i2].clone(), torch.zeros(out, i2 - i1, dtype=dt, device=W.device), U[i1:i2, i1:i2]
+        W1, E1, U1 = (
+            W[:, i1:i2].clone(),
+            torch.zeros(out, i2 - i1, dtype=dt, device=W.device),
+            U[i1:i2, i1:i2],
+        )
         for i in range(i2 - i1):
-            if (i1 + i) % group_size == 0:                               # fit the group's grid on its current weights (Eq. 9)
-                alpha, t = mse_ternary_params(W1[:, i:i + group_size]); scales[:, (i1 + i)//group_size] = alpha
+            if (i1 + i) % group_size == 0:  # fit the group's grid on its current weights (Eq. 9)
+                alpha, t = mse_ternary_params(W1[:, i : i + group_size])
+                scales[:, (i1 + i) // group_size] = alpha
             q = _ternary_at(W1[:, i], t)
             codes[:, i1 + i] = q
             err = (W1[:, i] - alpha*q)/U1[i, i]                          # Eq. 10
-            W1[:, i:] -= err[:, None]*U1[i, i:][None, :]                 # compensate in this block's later columns
+            W1[:, i:] -= err[:, None]*U1[i, i:][None, :]  # compensate in this block's later columns
             E1[:, i] = err
-        W[:, i2:] -= E1 @ U[i1:i2, i2:]                                  # ... and, lazily, in the later blocks
+        W[:, i2:] -= E1 @ U[i1:i2, i2:]  # ... and, lazily, in the later blocks
     return codes.to(torch.int8), scales
 
 # %% ../nbs/05_catq.ipynb #0e4c097c
 def decoder_layers(model:nn.Module)->nn.ModuleList:
-    "The decoder layers of a transformers causal LM (`model.layers` of llama, qwen, mistral, ...; `transformer.h` of GPT-2)."
+    ("The decoder layers of a transformers causal LM (`model.layers` of llama, qwen, mistral, ...;"
+     " `transformer.h` of GPT-2).")
     for path in ("model.layers", "model.decoder.layers", "transformer.h", "layers"):
         obj = model
         for name in path.split("."): obj = getattr(obj, name, None)
         if isinstance(obj, nn.ModuleList): return obj
-    raise ValueError(f"could not find the decoder layers of {type(model).__name__} (tried model.layers, model.decoder.layers, "
-                     "transformer.h, layers): pass them to `calibrate` as blocks=")
+    raise ValueError(
+        f"could not find the decoder layers of {type(model).__name__} (tried model.layers,"
+        " model.decoder.layers, transformer.h, layers): pass them to `calibrate` as blocks="
+    )
 
 def _replace(root:nn.Module, name:str, new:nn.Module):
     parent, _, child = name.rpartition(".")
     setattr(root.get_submodule(parent) if parent else root, child, new)
 
 def _conv1d_class():
-    "transformers' `Conv1D` (GPT-2's linear layer, weight stored as (in, out)), or None without transformers."
+    ("transformers' `Conv1D` (GPT-2's linear layer, weight stored as (in, out)), or None without "
+     "transformers.")
     try: from transformers.pytorch_utils import Conv1D
     except ImportError: return None
     return Conv1D
 
 def linear_layers(module:nn.Module,          # a block (or any module)
-                  exclude:Sequence[str]=("gate",), # child names left alone (an MoE router `gate`, as the official quant_gate=False)
+                  # child names left alone (an MoE router `gate`, as the official quant_gate=False)
+                  exclude:Sequence[str]=("gate",),
                  )->dict[str, nn.Linear]:    # its linear layers by qualified name
-    "The `nn.Linear` layers inside `module`; each transformers `Conv1D` (GPT-2) is first replaced in place by the same map as an `nn.Linear`."
+    ("The `nn.Linear` layers inside `module`; each transformers `Conv1D` (GPT-2) is first replaced"
+     " in place by the same map as an `nn.Linear`.")
     conv1d, out = _conv1d_class(), {}
     for name, sub in list(module.named_modules()):
         if not name or name.rpartition(".")[2] in exclude: continue
-        if conv1d is not None and isinstance(sub, conv1d):       # y = x W + b with W (in, out): Linear with weight W^T
-            lin = nn.Linear(*sub.weight.shape, bias=sub.bias is not None, device=sub.weight.device, dtype=sub.weight.dtype)
+        # y = x W + b with W (in, out): Linear with weight W^T
+        if conv1d is not None and isinstance(sub, conv1d):
+            lin = nn.Linear(
+                *sub.weight.shape,
+                bias=sub.bias is not None,
+                device=sub.weight.device,
+                dtype=sub.weight.dtype
+            )
             with torch.no_grad():
                 lin.weight.copy_(sub.weight.T)
                 if sub.bias is not None: lin.bias.copy_(sub.bias)
@@ -373,10 +476,12 @@ def linear_layers(module:nn.Module,          # a block (or any module)
         if isinstance(sub, nn.Linear): out[name] = sub
     return out
 
-def wrap_linears(module:nn.Module,          # a block (or any module) whose linear layers get wrapped in place
-                 exclude:Sequence[str]=("gate",), # child names left alone (an MoE router `gate`, as the official quant_gate=False)
-                 **kwargs,                 # passed to `CatQLinear`
-                )->dict[str, CatQLinear]:  # the new layers by qualified name
+def wrap_linears(
+    module: nn.Module,  # a block (or any module) whose linear layers get wrapped in place
+    # child names left alone (an MoE router `gate`, as the official quant_gate=False)
+    exclude: Sequence[str] = ("gate",),
+    **kwargs,  # passed to `CatQLinear`
+) -> dict[str, CatQLinear]:  # the new layers by qualified name
     "Replace every `nn.Linear` (or transformers `Conv1D`) inside `module` by a `CatQLinear`."
     out = {}
     for name, lin in linear_layers(module, exclude).items():
@@ -401,8 +506,10 @@ def capture_inputs(model:nn.Module,  # the whole model; called as model(ids)
                    block:nn.Module,  # the block whose inputs are wanted
                    ids:Tensor,       # token ids, (N, T)
                    batch_size:int=8, # sequences per forward pass
-                  )->tuple[Tensor, dict]: # hidden states entering `block` (N, T, d), and its other keyword arguments
-    "Run `model` on `ids` up to `block` and return the block's input hidden states and keyword arguments."
+                  # hidden states entering `block` (N, T, d), and its other keyword arguments
+                  )->tuple[Tensor, dict]:
+    ("Run `model` on `ids` up to `block` and return the block's input hidden states and keyword "
+     "arguments.")
     store = {}
     def hook(mod, args, kwargs):
         store["h"] = args[0] if args else kwargs["hidden_states"]
@@ -413,13 +520,15 @@ def capture_inputs(model:nn.Module,  # the whole model; called as model(ids)
         store.clear()
         try: model(x)
         except _StopForward: pass
-        if "h" not in store: raise RuntimeError("the model never called the block: is it part of this model?")
+        if "h" not in store:
+            raise RuntimeError("the model never called the block: is it part of this model?")
         return store["h"], store["kw"]
     try:
-        kw = run_to_block(ids[:1])[1]                          # one sequence: its kwargs broadcast over any batch
+        kw = run_to_block(ids[:1])[1]  # one sequence: its kwargs broadcast over any batch
         hs = [run_to_block(ids[i:i+batch_size])[0] for i in range(0, len(ids), batch_size)]
     finally: handle.remove()
-    for k in ("cache", "past_key_values", "past_key_value"): kw.pop(k, None)   # no KV cache during reconstruction
+    # no KV cache during reconstruction
+    for k in ("cache", "past_key_values", "past_key_value"): kw.pop(k, None)
     if "use_cache" in kw: kw["use_cache"] = False
     return torch.cat(hs), kw
 
@@ -429,11 +538,15 @@ def _run(blocks, h, kw):
     return h
 
 @torch.no_grad()
-def _run_batched(blocks, X, kw, bs): return torch.cat([_run(blocks, X[i:i+bs], kw) for i in range(0, len(X), bs)])
+def _run_batched(blocks, X, kw, bs):
+    return torch.cat([_run(blocks, X[i : i + bs], kw) for i in range(0, len(X), bs)])
 
 @torch.no_grad()
 def _eval_loss(blocks, X, Y, kw, bs, lossf):
-    return sum(lossf(_run(blocks, X[i:i+bs], kw), Y[i:i+bs]).item()*len(X[i:i+bs]) for i in range(0, len(X), bs)) / len(X)
+    return sum(
+        lossf(_run(blocks, X[i : i + bs], kw), Y[i : i + bs]).item() * len(X[i : i + bs])
+        for i in range(0, len(X), bs)
+    ) / len(X)
 
 def _set(mods, mode=None, t=None):
     for q in mods:
@@ -441,64 +554,117 @@ def _set(mods, mode=None, t=None):
         if t is not None: q.set_progress(t)
 
 # %% ../nbs/05_catq.ipynb #bbf08e4c
-def calibrate(model:nn.Module,          # causal LM, or any model called as model(x) whose blocks hold nn.Linear layers; modified in place
-              calib_ids:Tensor,         # calibration batch: token ids (N, T), long; or, for a model that does not take tokens, its float input (N, ...)
-              *,
-              layers:Sequence[int]|None=None, # contiguous indices of the blocks to quantize; None means all
-              blocks:nn.ModuleList|None=None, # the model's blocks; None finds the decoder layers
-              inputs:tuple|None=None,   # (X, kw) entering blocks[layers[0]] for calib_ids, from `capture_inputs`; None captures them
-              window:int=4,             # layers per window (official num_layer)
-              stride:int=2,             # window advance (official sliding_layer)
-              epochs:int=60,            # passes over the calibration set per window (official epochs)
-              batch_size:int=8,         # sequences per optimizer step
-              eval_batch_size:int|None=None, # sequences per no-grad pass (targets, losses, propagation); None means 4 x batch_size
-              group_size:int=64,        # weights per group (paper 128)
-              lora_rank:int=0,          # LoRA rank r (paper 64 for 1.7B-8B); 0 disables LoRA
-              lora_alpha:float=1.0,     # LoRA scaling numerator
-              delta0:float=0.5,         # prior threshold (official init_round_thd)
-              lr_factor:float=1.5e-3,   # learning rate of a, m, d (official Qwen3-1.7B)
-              lr_lora:float=3e-4,       # learning rate of the LoRA matrices (official Qwen3-1.7B)
-              gamma:float=0.8,          # soft-phase ratio (official progressive_ratio)
-              s0:float=30.0,            # final soft sharpness (official s0)
-              use_st:bool=True,         # softened ternarization; False: hard Q with STE from step 0
-              use_lm:bool=True,         # learnable modulation (+ LoRA); False: factors frozen at the priors, no LoRA: nothing trains
-              learn_factors:bool=True,  # False: a, m, d stay at 0 (the priors) while LoRA (lora_rank > 0) still learns
-              loss:str="huber",         # "huber" (official) or "mse"
-              huber_delta:float=1.0,    # Huber threshold (torch default; the official value is unknown)
-              grad_clip:float=1.0,      # gradient-norm clip (official grad_clip); 0 disables
-              seed:int=0,               # seeds the LoRA init and the batch order
-              phi_x_n:int|None=None,    # official config key of unknown meaning; recorded only
-              show_progress:bool=True,  # progress bar over windows (also silenced by MASPOB_PROGRESS=0)
-             )->dict:                   # log: per window losses and the training trace; the config
-    "Quantize `layers` of `model` to ternary with CAT-Q by sliding-window block reconstruction (in place)."
-    if (not isinstance(calib_ids, Tensor) or calib_ids.ndim < 2 or calib_ids.shape[0] < 1
-            or (not calib_ids.is_floating_point() and (calib_ids.ndim != 2 or calib_ids.dtype != torch.long))):
-        raise ValueError("calib_ids must be token ids, a 2-D long tensor (N, T), or the float input (N, ...) of a model that does not "
-                         f"take tokens, with N >= 1 examples; got {getattr(calib_ids, 'dtype', type(calib_ids))} of shape {tuple(getattr(calib_ids, 'shape', ()))}")
+def calibrate(
+    # causal LM, or any model called as model(x) whose blocks hold nn.Linear layers; modified in
+    # place
+    model: nn.Module,
+    # calibration batch: token ids (N, T), long; or, for a model that does not take
+    # tokens, its float input (N, ...)
+    calib_ids: Tensor,
+    *,
+    # contiguous indices of the blocks to quantize; None means all
+    layers: Sequence[int] | None = None,
+    blocks: nn.ModuleList | None = None,  # the model's blocks; None finds the decoder layers
+    # (X, kw) entering blocks[layers[0]] for calib_ids, from `capture_inputs`; None
+    # captures them
+    inputs: tuple | None = None,
+    window: int = 4,  # layers per window (official num_layer)
+    stride: int = 2,  # window advance (official sliding_layer)
+    epochs: int = 60,  # passes over the calibration set per window (official epochs)
+    batch_size: int = 8,  # sequences per optimizer step
+    # sequences per no-grad pass (targets, losses, propagation); None means 4 x batch_size
+    eval_batch_size: int | None = None,
+    group_size: int = 64,  # weights per group (paper 128)
+    lora_rank: int = 0,  # LoRA rank r (paper 64 for 1.7B-8B); 0 disables LoRA
+    lora_alpha: float = 1.0,  # LoRA scaling numerator
+    delta0: float = 0.5,  # prior threshold (official init_round_thd)
+    lr_factor: float = 1.5e-3,  # learning rate of a, m, d (official Qwen3-1.7B)
+    lr_lora: float = 3e-4,  # learning rate of the LoRA matrices (official Qwen3-1.7B)
+    gamma: float = 0.8,  # soft-phase ratio (official progressive_ratio)
+    s0: float = 30.0,  # final soft sharpness (official s0)
+    use_st: bool = True,  # softened ternarization; False: hard Q with STE from step 0
+    # learnable modulation (+ LoRA); False: factors frozen at the priors, no LoRA: nothing
+    # trains
+    use_lm: bool = True,
+    # False: a, m, d stay at 0 (the priors) while LoRA (lora_rank > 0) still learns
+    learn_factors: bool = True,
+    loss: str = "huber",  # "huber" (official) or "mse"
+    # Huber threshold (torch default; the official value is unknown)
+    huber_delta: float = 1.0,
+    grad_clip: float = 1.0,  # gradient-norm clip (official grad_clip); 0 disables
+    seed: int = 0,  # seeds the LoRA init and the batch order
+    phi_x_n: int | None = None,  # official config key of unknown meaning; recorded only
+    # progress bar over windows (also silenced by MASPOB_PROGRESS=0)
+    show_progress: bool = True,
+) -> dict:  # log: per window losses and the training trace; the config
+    ("Quantize `layers` of `model` to ternary with CAT-Q by sliding-window block reconstruction "
+     "(in place).")
+    if (
+        not isinstance(calib_ids, Tensor)
+        or calib_ids.ndim < 2
+        or calib_ids.shape[0] < 1
+        or (
+            not calib_ids.is_floating_point()
+            and (calib_ids.ndim != 2 or calib_ids.dtype != torch.long)
+        )
+    ):
+        raise ValueError(
+            "calib_ids must be token ids, a 2-D long tensor (N, T), or the float input (N, ...) of"
+            " a model that does not take tokens, with N >= 1 examples; got"
+            f" {getattr(calib_ids, 'dtype', type(calib_ids))} of shape"
+            f" {tuple(getattr(calib_ids, 'shape', ()))}"
+        )
     blocks = decoder_layers(model) if blocks is None else blocks
     layers = list(range(len(blocks))) if layers is None else [int(l) for l in layers]
-    if not layers or layers != list(range(layers[0], layers[-1] + 1)) or layers[0] < 0 or layers[-1] >= len(blocks):
-        raise ValueError(f"layers must be a non-empty increasing run of consecutive indices in [0, {len(blocks)}), got {layers}")
+    if (
+        not layers
+        or layers != list(range(layers[0], layers[-1] + 1))
+        or layers[0] < 0
+        or layers[-1] >= len(blocks)
+    ):
+        raise ValueError(
+            "layers must be a non-empty increasing run of consecutive indices in [0,"
+            f" {len(blocks)}), got {layers}"
+        )
     ebs = 4*batch_size if eval_batch_size is None else eval_batch_size
-    for k, v in dict(window=window, stride=stride, epochs=epochs, batch_size=batch_size, eval_batch_size=ebs).items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
-    if stride > window: raise ValueError(f"stride ({stride}) must be <= window ({window}) so that every layer is in a window")
-    if loss not in ("huber", "mse"): raise ValueError(f"loss must be 'huber' or 'mse', got {loss!r}")
-    if not (lr_factor > 0 and lr_lora > 0): raise ValueError(f"learning rates must be > 0, got lr_factor={lr_factor}, lr_lora={lr_lora}")
+    for k, v in dict(
+        window=window, stride=stride, epochs=epochs, batch_size=batch_size, eval_batch_size=ebs
+    ).items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
+    if stride > window:
+        raise ValueError(
+            f"stride ({stride}) must be <= window ({window}) so that every layer is in a window"
+        )
+    if loss not in ("huber", "mse"):
+        raise ValueError(f"loss must be 'huber' or 'mse', got {loss!r}")
+    if not (lr_factor > 0 and lr_lora > 0):
+        raise ValueError(
+            f"learning rates must be > 0, got lr_factor={lr_factor}, lr_lora={lr_lora}"
+        )
     sharpness(1.0, gamma, s0)
     empty = [l for l in layers if not linear_layers(blocks[l])]
-    if empty: raise ValueError(f"blocks {empty} hold no nn.Linear (or transformers Conv1D) layer, so CAT-Q has nothing to quantize or "
-                               "learn there: pass full-precision blocks (a block quantized before holds CatQLinear or TernaryLinear layers)")
+    if empty:
+        raise ValueError(
+            f"blocks {empty} hold no nn.Linear (or transformers Conv1D) layer, so CAT-Q has nothing"
+            " to quantize or learn there: pass full-precision blocks (a block quantized before"
+            " holds CatQLinear or TernaryLinear layers)"
+        )
     if inputs is not None and len(inputs[0]) != len(calib_ids):
-        raise ValueError(f"inputs hold {len(inputs[0])} examples but calib_ids {len(calib_ids)}: capture them from the same calib_ids")
+        raise ValueError(
+            f"inputs hold {len(inputs[0])} examples but calib_ids {len(calib_ids)}: capture them"
+            " from the same calib_ids"
+        )
     lossf = (lambda o, y: F.huber_loss(o, y, delta=huber_delta)) if loss == "huber" else F.mse_loss
     first, end = layers[0], layers[-1] + 1
     dev = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)                       # LoRA init and batch order
     was_training, flags = model.training, {p: p.requires_grad for p in model.parameters()}
     model.eval(); model.requires_grad_(False)
-    X, kw = capture_inputs(model, blocks[first], calib_ids.to(dev), ebs) if inputs is None else inputs   # step 1
-    x_fp, x_q = X, X.clone()                                        # full-precision and quantized streams
+    X, kw = (
+        capture_inputs(model, blocks[first], calib_ids.to(dev), ebs) if inputs is None else inputs
+    )  # step 1
+    x_fp, x_q = X, X.clone()  # full-precision and quantized streams
     n, nb = len(X), math.ceil(len(X) / batch_size)
     wrapped, log = {}, []
     starts = window_starts(first, end, window, stride)
@@ -507,17 +673,33 @@ def calibrate(model:nn.Module,          # causal LM, or any model called as mode
         stop = min(start + window, end)
         for l in range(start, stop):                               # step 2.2
             if l not in wrapped:
-                wrapped[l] = list(wrap_linears(blocks[l], group_size=group_size, delta0=delta0, lora_rank=lora_rank if use_lm else 0,
-                                               lora_alpha=lora_alpha, gamma=gamma, s0=s0, use_st=use_st, generator=gen).values())
-                for q in wrapped[l]: q.requires_grad_(False)        # trained only inside a window's optimizer
+                wrapped[l] = list(
+                    wrap_linears(
+                        blocks[l],
+                        group_size=group_size,
+                        delta0=delta0,
+                        lora_rank=lora_rank if use_lm else 0,
+                        lora_alpha=lora_alpha,
+                        gamma=gamma,
+                        s0=s0,
+                        use_st=use_st,
+                        generator=gen,
+                    ).values()
+                )
+                # trained only inside a window's optimizer
+                for q in wrapped[l]: q.requires_grad_(False)
         win, mods = blocks[start:stop], [q for l in range(start, stop) for q in wrapped[l]]
-        _set(mods, "fp"); Y = _run_batched(win, x_fp, kw, ebs)                   # step 2.1: FP window on FP inputs
+        _set(mods, "fp"); Y = _run_batched(win, x_fp, kw, ebs)  # step 2.1: FP window on FP inputs
         _set(mods, "rtn"); l_rtn = _eval_loss(win, x_q, Y, kw, ebs, lossf)
         _set(mods, "catq", 1.0); l_init = _eval_loss(win, x_q, Y, kw, ebs, lossf)
         groups = []
         if use_lm:
-            if learn_factors: groups.append(dict(params=[p for q in mods for p in (q.a, q.m, q.d)], lr=lr_factor))
-            if lora_rank: groups.append(dict(params=[p for q in mods for p in (q.lora_A, q.lora_B)], lr=lr_lora))
+            if learn_factors:
+                groups.append(dict(params=[p for q in mods for p in (q.a, q.m, q.d)], lr=lr_factor))
+            if lora_rank:
+                groups.append(
+                    dict(params=[p for q in mods for p in (q.lora_A, q.lora_B)], lr=lr_lora)
+                )
         params = [p for gr in groups for p in gr["params"]]
         for p in params: p.requires_grad_(True)
         trace = []
@@ -528,7 +710,7 @@ def calibrate(model:nn.Module,          # causal LM, or any model called as mode
                 perm, tot = torch.randperm(n, generator=gen).to(dev), 0.0
                 for b in range(nb):
                     idx = perm[b*batch_size:(b+1)*batch_size]
-                    k += 1; _set(mods, t=k / K)                     # progress t chooses soft or hard (Eq. 5)
+                    k += 1; _set(mods, t=k / K)  # progress t chooses soft or hard (Eq. 5)
                     l = lossf(_run(win, x_q[idx], kw), Y[idx])
                     opt.zero_grad(set_to_none=True); l.backward()
                     if grad_clip: torch.nn.utils.clip_grad_norm_(params, grad_clip)
@@ -537,24 +719,55 @@ def calibrate(model:nn.Module,          # causal LM, or any model called as mode
         for p in params: p.requires_grad_(False)
         _set(mods, "catq", 1.0)
         l_final = _eval_loss(win, x_q, Y, kw, ebs, lossf)
-        log.append(dict(start=start, stop=stop, loss_rtn=l_rtn, loss_init=l_init, loss_final=l_final, trace=trace))
+        log.append(
+            dict(
+                start=start,
+                stop=stop,
+                loss_rtn=l_rtn,
+                loss_init=l_init,
+                loss_final=l_final,
+                trace=trace,
+            )
+        )
         bar.set_postfix(loss=f"{l_init:.3g}->{l_final:.3g}")
         if wi + 1 < len(starts):                                    # step 2.4: advance both streams
-            adv, advm = blocks[start:starts[wi+1]], [q for l in range(start, starts[wi+1]) for q in wrapped[l]]
+            adv, advm = blocks[start : starts[wi + 1]], [
+                q for l in range(start, starts[wi + 1]) for q in wrapped[l]
+            ]
             _set(advm, "fp"); x_fp = _run_batched(adv, x_fp, kw, ebs)
             _set(advm, "catq", 1.0); x_q = _run_batched(adv, x_q, kw, ebs)
     for p, f in flags.items(): p.requires_grad_(f)
     model.train(was_training)
-    config = dict(layers=layers, window=window, stride=stride, epochs=epochs, batch_size=batch_size, group_size=group_size,
-                  lora_rank=lora_rank if use_lm else 0, lr_factor=lr_factor, lr_lora=lr_lora, gamma=gamma, s0=s0, use_st=use_st,
-                  use_lm=use_lm, learn_factors=learn_factors, loss=loss, huber_delta=huber_delta, grad_clip=grad_clip, seed=seed, phi_x_n=phi_x_n,
-                  n_calib=n, steps_per_window=epochs*nb if use_lm and (learn_factors or lora_rank) else 0)
+    config = dict(
+        layers=layers,
+        window=window,
+        stride=stride,
+        epochs=epochs,
+        batch_size=batch_size,
+        group_size=group_size,
+        lora_rank=lora_rank if use_lm else 0,
+        lr_factor=lr_factor,
+        lr_lora=lr_lora,
+        gamma=gamma,
+        s0=s0,
+        use_st=use_st,
+        use_lm=use_lm,
+        learn_factors=learn_factors,
+        loss=loss,
+        huber_delta=huber_delta,
+        grad_clip=grad_clip,
+        seed=seed,
+        phi_x_n=phi_x_n,
+        n_calib=n,
+        steps_per_window=epochs * nb if use_lm and (learn_factors or lora_rank) else 0,
+    )
     return dict(windows=log, config=config)
 
 # %% ../nbs/05_catq.ipynb #0ce1d030
 @torch.no_grad()
 def export_model(model:nn.Module)->int:
-    "Replace every `CatQLinear` in `model` by a `TernaryLinear` built from its export (LoRA merged); returns how many."
+    ("Replace every `CatQLinear` in `model` by a `TernaryLinear` built from its export (LoRA "
+     "merged); returns how many.")
     names = [n for n, m in model.named_modules() if isinstance(m, CatQLinear)]
     for name in names:
         q = model.get_submodule(name)
@@ -567,7 +780,8 @@ def rtn_quantize_(module:nn.Module,         # block(s) to quantize in place
                   group_size:int=64,        # weights per group
                   exclude:Sequence[str]=("gate",), # child names left alone
                  )->int:                    # number of layers replaced
-    "Replace every `nn.Linear` (or `Conv1D`) inside `module` by a `TernaryLinear` from the absmean RTN baseline (Eq. 8)."
+    ("Replace every `nn.Linear` (or `Conv1D`) inside `module` by a `TernaryLinear` from the "
+     "absmean RTN baseline (Eq. 8).")
     names = linear_layers(module, exclude)
     for name, lin in names.items():
         codes, scales = rtn_codes(lin.weight, group_size)
@@ -580,81 +794,116 @@ def mse_quantize_(module:nn.Module,         # block(s) to quantize in place
                   group_size:int=64,        # weights per group
                   exclude:Sequence[str]=("gate",), # child names left alone
                  )->int:                    # number of layers replaced
-    "Replace every `nn.Linear` (or `Conv1D`) inside `module` by a `TernaryLinear` with the data-free MSE-optimal grid (Eq. 9)."
+    ("Replace every `nn.Linear` (or `Conv1D`) inside `module` by a `TernaryLinear` with the "
+     "data-free MSE-optimal grid (Eq. 9).")
     names = linear_layers(module, exclude)
     for name, lin in names.items():
-        _replace(module, name, TernaryLinear(*mse_codes(lin.weight, group_size), lin.bias, group_size))
+        _replace(
+            module, name, TernaryLinear(*mse_codes(lin.weight, group_size), lin.bias, group_size)
+        )
     return len(names)
 
 @torch.no_grad()
 def gptq_quantize_(model:nn.Module,        # the whole model; called as model(ids)
-                   calib_ids:Tensor,       # calibration token ids, (N, T), long (the data CAT-Q gets)
+                   calib_ids:Tensor,  # calibration token ids, (N, T), long (the data CAT-Q gets)
                    layers:Sequence[int],   # consecutive block indices to quantize
                    group_size:int=64,      # weights per group
                    damp:float=0.01,        # GPTQ dampening
                    batch_size:int=8,       # sequences per forward pass
-                   blocks:nn.ModuleList|None=None, # the model's blocks; None finds the decoder layers
-                   inputs:tuple|None=None, # (X, kw) entering blocks[layers[0]] for calib_ids, from `capture_inputs`; None captures them
+                   # the model's blocks; None finds the decoder layers
+                   blocks:nn.ModuleList|None=None,
+                   # (X, kw) entering blocks[layers[0]] for calib_ids, from `capture_inputs`; None
+                   # captures them
+                   inputs:tuple|None=None,
                    exclude:Sequence[str]=("gate",), # child names left alone
                   )->int:                  # number of linears replaced
-    "GPTQ-ternarize `layers` in place (Eq. 10), block by block: a block's Hessians come from the outputs of the quantized blocks before it."
+    ("GPTQ-ternarize `layers` in place (Eq. 10), block by block: a block's Hessians come from the "
+     "outputs of the quantized blocks before it.")
     blocks = decoder_layers(model) if blocks is None else blocks
     layers = [int(l) for l in layers]
     if not layers or layers != list(range(layers[0], layers[-1] + 1)):
-        raise ValueError(f"layers must be a non-empty run of consecutive block indices, got {layers}")
+        raise ValueError(
+            f"layers must be a non-empty run of consecutive block indices, got {layers}"
+        )
     dev = next(model.parameters()).device
-    X, kw = inputs if inputs is not None else capture_inputs(model, blocks[layers[0]], calib_ids.to(dev), batch_size)
+    X, kw = (
+        inputs
+        if inputs is not None
+        else capture_inputs(model, blocks[layers[0]], calib_ids.to(dev), batch_size)
+    )
     n = 0
     for l in layers:
         lins = linear_layers(blocks[l], exclude)
-        Hs = {nm: torch.zeros(m.in_features, m.in_features, device=m.weight.device) for nm, m in lins.items()}
+        Hs = {
+            nm: torch.zeros(m.in_features, m.in_features, device=m.weight.device)
+            for nm, m in lins.items()
+        }
         def hook(nm):
             def f(mod, args):
-                x = args[0].reshape(-1, args[0].shape[-1]).float(); Hs[nm].addmm_(x.T, x)   # H += X^T X
+                # H += X^T X
+                x = args[0].reshape(-1, args[0].shape[-1]).float(); Hs[nm].addmm_(x.T, x)
             return f
         handles = [m.register_forward_pre_hook(hook(nm)) for nm, m in lins.items()]
-        try: _run_batched([blocks[l]], X, kw, batch_size)                # the block, still full precision, on quantized inputs
+        # the block, still full precision, on quantized inputs
+        try: _run_batched([blocks[l]], X, kw, batch_size)
         finally:
             for h in handles: h.remove()
         for nm, m in lins.items():
             codes, scales = gptq_ternary(m.weight, Hs[nm], group_size, damp)
             _replace(blocks[l], nm, TernaryLinear(codes, scales, m.bias, group_size)); n += 1
-        X = _run_batched([blocks[l]], X, kw, batch_size)                 # the quantized block feeds the next
+        X = _run_batched([blocks[l]], X, kw, batch_size)  # the quantized block feeds the next
     return n
 
 # %% ../nbs/05_catq.ipynb #435f191e
 def pydoc_text(split:str, # "calib" (7 topics in 10) or "eval" (the other 3)
               )->str:     # the topics' text joined by blank lines
     "Text of the calibration or held-out topics of `pydoc_data.topics`, split by topic name."
-    if split not in ("calib", "eval"): raise ValueError(f"split must be 'calib' or 'eval', got {split!r}")
+    if split not in ("calib", "eval"):
+        raise ValueError(f"split must be 'calib' or 'eval', got {split!r}")
     import pydoc_data.topics as T
     keys = sorted(T.topics)
-    return "\n\n".join(T.topics[k] for i, k in enumerate(keys) if (i % 10 < 7) == (split == "calib"))
+    return "\n\n".join(
+        T.topics[k] for i, k in enumerate(keys) if (i % 10 < 7) == (split == "calib")
+    )
 
 def read_text(path:str|Path)->str:
     "Read a UTF-8 text file (a user's calibration or evaluation corpus)."
     p = Path(path).expanduser()
-    if not p.is_file(): raise FileNotFoundError(f"text file {str(path)!r} does not exist; pass a UTF-8 text file, or None for pydoc_data")
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"text file {str(path)!r} does not exist; pass a UTF-8 text file, or None for"
+            " pydoc_data"
+        )
     return p.read_text(encoding="utf-8")
 
 def token_windows(tok,              # a tokenizer
                   text:str,         # the corpus
                   seq_len:int,      # tokens per window T
                   n_seqs:int,       # number of windows N
-                  seed:int|None=None, # None: evenly spaced, non-overlapping; else random offsets from this seed
+                  # None: evenly spaced, non-overlapping; else random offsets from this seed
+                  seed:int|None=None,
                  )->Tensor:         # token ids, (N, T), long
     "Tokenize `text` and cut `n_seqs` windows of `seq_len` tokens."
-    if seq_len < 2 or n_seqs < 1: raise ValueError(f"need seq_len >= 2 and n_seqs >= 1, got seq_len={seq_len}, n_seqs={n_seqs}")
+    if seq_len < 2 or n_seqs < 1:
+        raise ValueError(
+            f"need seq_len >= 2 and n_seqs >= 1, got seq_len={seq_len}, n_seqs={n_seqs}"
+        )
     ids = torch.tensor(tok(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
     if seed is None:
         if n_seqs*seq_len > len(ids):
-            raise ValueError(f"the text has {len(ids)} tokens, too few for {n_seqs} non-overlapping windows of {seq_len}: "
-                             f"ask for at most {len(ids) // seq_len} windows or pass a longer text")
-        chunks = len(ids) // seq_len                                         # consecutive non-overlapping chunks
-        offs = torch.linspace(0, chunks - 1, n_seqs).round().long()*seq_len  # n_seqs of them, evenly spaced
+            raise ValueError(
+                f"the text has {len(ids)} tokens, too few for {n_seqs} non-overlapping windows of"
+                f" {seq_len}: ask for at most {len(ids) // seq_len} windows or pass a longer text"
+            )
+        chunks = len(ids) // seq_len  # consecutive non-overlapping chunks
+        # n_seqs of them, evenly spaced
+        offs = torch.linspace(0, chunks - 1, n_seqs).round().long()*seq_len
     else:
-        if seq_len > len(ids): raise ValueError(f"the text has {len(ids)} tokens, fewer than seq_len={seq_len}")
-        offs = torch.randint(0, len(ids) - seq_len + 1, (n_seqs,), generator=torch.Generator().manual_seed(seed))
+        if seq_len > len(ids):
+            raise ValueError(f"the text has {len(ids)} tokens, fewer than seq_len={seq_len}")
+        offs = torch.randint(
+            0, len(ids) - seq_len + 1, (n_seqs,), generator=torch.Generator().manual_seed(seed)
+        )
     return torch.stack([ids[o:o+seq_len] for o in offs.tolist()])
 
 def corpus(tok,                        # a tokenizer
@@ -662,7 +911,8 @@ def corpus(tok,                        # a tokenizer
            seq_len:int,                # tokens per window
            n_seqs:int,                 # number of windows
            seed:int|None=None,         # None: evenly spaced windows; else random offsets
-           text_path:str|Path|None=None, # a user's text file; None means pydoc_data topics of `split`
+           # a user's text file; None means pydoc_data topics of `split`
+           text_path:str|Path|None=None,
           )->Tensor:                   # (n_seqs, seq_len) token ids
     "Token windows from a user's text file, or from the `split` topics of `pydoc_data`."
     text = read_text(text_path) if text_path is not None else pydoc_text(split)
@@ -670,30 +920,49 @@ def corpus(tok,                        # a tokenizer
 
 # %% ../nbs/05_catq.ipynb #6971de34
 def final_head(model:nn.Module)->tuple[nn.Module, nn.Module]:
-    "The final norm and the output projection of a transformers causal LM (llama/qwen/mistral: `model.norm`; GPT-2: `transformer.ln_f`)."
+    ("The final norm and the output projection of a transformers causal LM (llama/qwen/mistral: "
+     "`model.norm`; GPT-2: `transformer.ln_f`).")
     for path in ("model.norm", "transformer.ln_f", "model.decoder.final_layer_norm"):
         obj = model
         for name in path.split("."): obj = getattr(obj, name, None)
-        if isinstance(obj, nn.Module) and isinstance(getattr(model, "lm_head", None), nn.Module): return obj, model.lm_head
-    raise ValueError(f"could not find the final norm and lm_head of {type(model).__name__}: evaluate it without `prefix`")
+        if isinstance(obj, nn.Module) and isinstance(getattr(model, "lm_head", None), nn.Module):
+            return obj, model.lm_head
+    raise ValueError(
+        f"could not find the final norm and lm_head of {type(model).__name__}: evaluate it without"
+        " `prefix`"
+    )
 
 @torch.no_grad()
 def sequence_nll(model:nn.Module,  # causal LM returning `.logits`
                  ids:Tensor,       # held-out token ids, (N, T), long
                  batch_size:int=8, # sequences per forward pass
-                 prefix:tuple|None=None, # (first, X, kw): inputs of block `first` for `ids`, from `capture_inputs`; skips the blocks before it
+                 # (first, X, kw): inputs of block `first` for `ids`, from `capture_inputs`; skips
+                 # the blocks before it
+                 prefix:tuple|None=None,
                 )->Tensor:         # (N,) mean next-token NLL of each sequence, in nats
-    "Mean next-token negative log-likelihood of every held-out sequence (optionally re-running only the blocks from `first` on)."
-    if not isinstance(ids, Tensor) or ids.ndim != 2 or ids.shape[1] < 2: raise ValueError(f"ids must be (N, T) with T >= 2, got {getattr(ids, 'shape', ids)}")
+    ("Mean next-token negative log-likelihood of every held-out sequence (optionally re-running "
+     "only the blocks from `first` on).")
+    if not isinstance(ids, Tensor) or ids.ndim != 2 or ids.shape[1] < 2:
+        raise ValueError(f"ids must be (N, T) with T >= 2, got {getattr(ids, 'shape', ids)}")
     dev, out = next(model.parameters()).device, []
     if prefix is not None:
         first, X, kw = prefix
-        if tuple(X.shape[:2]) != tuple(ids.shape): raise ValueError(f"prefix holds block inputs for shape {tuple(X.shape[:2])}, not for ids of shape {tuple(ids.shape)}")
+        if tuple(X.shape[:2]) != tuple(ids.shape):
+            raise ValueError(
+                f"prefix holds block inputs for shape {tuple(X.shape[:2])}, not for ids of shape"
+                f" {tuple(ids.shape)}"
+            )
         blocks, (norm, head) = decoder_layers(model)[first:], final_head(model)
     for i in range(0, len(ids), batch_size):
         b = ids[i:i+batch_size].to(dev)
-        logits = model(b).logits if prefix is None else head(norm(_run(blocks, X[i:i+batch_size], kw)))   # (B, T, V)
-        nll = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), b[:, 1:].flatten(), reduction="none")
+        logits = (
+            model(b).logits
+            if prefix is None
+            else head(norm(_run(blocks, X[i : i + batch_size], kw)))
+        )  # (B, T, V)
+        nll = F.cross_entropy(
+            logits[:, :-1].float().flatten(0, 1), b[:, 1:].flatten(), reduction="none"
+        )
         out.append(nll.view(len(b), -1).mean(1).cpu())
     return torch.cat(out)
 
@@ -707,26 +976,46 @@ def perplexity(model:nn.Module,   # causal LM returning `.logits`
 
 def memory_report(model:nn.Module, # a model with `TernaryLinear` layers
                  )->dict:          # byte counts and bits per weight of the ternary layers
-    "Bytes of the ternary weights: as fp16, packed 2-bit + fp16 scales, and at the 1.58-bit minimum + scales."
+    ("Bytes of the ternary weights: as fp16, packed 2-bit + fp16 scales, and at the 1.58-bit "
+     "minimum + scales.")
     tl = [m for m in model.modules() if isinstance(m, TernaryLinear)]
-    if not tl: raise ValueError("the model has no TernaryLinear layers: run export_model or rtn_quantize_ first")
+    if not tl:
+        raise ValueError(
+            "the model has no TernaryLinear layers: run export_model or rtn_quantize_ first"
+        )
     n = sum(m.out_features*m.in_features for m in tl)
     groups = sum(m.scales.numel() for m in tl)
     packed = sum(m.packed.numel() for m in tl) + 2*groups
     ideal = n*math.log2(3)/8 + 2*groups
-    return dict(layers=len(tl), weights=n, fp16_bytes=2*n, packed_bytes=packed, ideal_bytes=ideal,
-                packed_bits_per_weight=8*packed/n, ideal_bits_per_weight=8*ideal/n, compression_vs_fp16=2*n/packed)
+    return dict(
+        layers=len(tl),
+        weights=n,
+        fp16_bytes=2 * n,
+        packed_bytes=packed,
+        ideal_bytes=ideal,
+        packed_bits_per_weight=8 * packed / n,
+        ideal_bits_per_weight=8 * ideal / n,
+        compression_vs_fp16=2 * n / packed,
+    )
 
 # %% ../nbs/05_catq.ipynb #52a88912
 class Testbed:
-    "A model, full-precision copies of its blocks from `first` on, and the held-out inputs of block `first`: every run starts here."
+    ("A model, full-precision copies of its blocks from `first` on, and the held-out inputs of "
+     "block `first`: every run starts here.")
     def __init__(self, model:nn.Module,  # causal LM (modified in place by each run, restored after)
                  eval_ids:Tensor,        # held-out token ids, (N, T), long
                  first:int,              # the earliest block any run quantizes
                  eval_bs:int=8,          # sequences per forward pass when scoring
                 ):
-        self.model, self.blocks, self.first, self.eval_ids, self.eval_bs = model, decoder_layers(model), first, eval_ids, eval_bs
-        if not 0 <= first < len(self.blocks): raise ValueError(f"first must be a block index in [0, {len(self.blocks)}), got {first}")
+        self.model, self.blocks, self.first, self.eval_ids, self.eval_bs = (
+            model,
+            decoder_layers(model),
+            first,
+            eval_ids,
+            eval_bs,
+        )
+        if not 0 <= first < len(self.blocks):
+            raise ValueError(f"first must be a block index in [0, {len(self.blocks)}), got {first}")
         self.fp = {l: copy.deepcopy(self.blocks[l]) for l in range(first, len(self.blocks))}
         self.prefix = (first, *capture_inputs(model, self.blocks[first], eval_ids, eval_bs))
 
@@ -735,8 +1024,13 @@ class Testbed:
         for l, b in self.fp.items(): self.blocks[l] = copy.deepcopy(b)
 
     def held_out_nll(self)->list[float]:
-        "Mean next-token NLL of each held-out window for the model as it is now (re-running the blocks from `first` only)."
-        return sequence_nll(self.model, self.eval_ids, self.eval_bs, prefix=self.prefix).double().tolist()
+        ("Mean next-token NLL of each held-out window for the model as it is now (re-running the "
+         "blocks from `first` only).")
+        return (
+            sequence_nll(self.model, self.eval_ids, self.eval_bs, prefix=self.prefix)
+            .double()
+            .tolist()
+        )
 
 QUANTIZERS = ("FP", "RTN", "MSE-optimal", "GPTQ", "CAT-Q")
 
@@ -744,27 +1038,39 @@ def run_quantizer(bed:Testbed,            # the starting point
                   kind:str,               # one of QUANTIZERS
                   layers:Sequence[int],   # consecutive blocks to quantize (all >= bed.first)
                   calib_ids:Tensor|None=None, # calibration token ids (GPTQ, CAT-Q)
-                  inputs:tuple|None=None, # (X, kw) entering blocks[layers[0]] for calib_ids; None captures them
+                  # (X, kw) entering blocks[layers[0]] for calib_ids; None captures them
+                  inputs:tuple|None=None,
                   group_size:int=64,      # weights per group
                   gptq_damp:float=0.01,   # GPTQ dampening
-                  batch_size:int=8,       # sequences per forward pass (GPTQ); CAT-Q's optimizer batch
-                  **catq,                 # passed to `calibrate` (epochs, lora_rank, use_st, learn_factors, seed, ...)
-                 )->dict:                 # nll per held-out window, CPU seconds of the quantizer and of scoring, CAT-Q's log
-    "Restore the full-precision blocks, quantize `layers` with `kind`, score the held-out windows, restore again."
+                  batch_size:int=8,  # sequences per forward pass (GPTQ); CAT-Q's optimizer batch
+                  # passed to `calibrate` (epochs, lora_rank, use_st, learn_factors, seed, ...)
+                  **catq,
+                 # nll per held-out window, CPU seconds of the quantizer and of scoring, CAT-Q's log
+                 )->dict:
+    ("Restore the full-precision blocks, quantize `layers` with `kind`, score the held-out "
+     "windows, restore again.")
     if kind not in QUANTIZERS: raise ValueError(f"kind must be one of {QUANTIZERS}, got {kind!r}")
     if kind in ("GPTQ", "CAT-Q") and calib_ids is None: raise ValueError(f"{kind} needs calib_ids")
-    if min(layers) < bed.first: raise ValueError(f"layers {list(layers)} start before the testbed's first block {bed.first}")
+    if min(layers) < bed.first:
+        raise ValueError(
+            f"layers {list(layers)} start before the testbed's first block {bed.first}"
+        )
     bed.restore()
     t0, log = time.process_time(), None
     if kind in ("RTN", "MSE-optimal"):
-        for l in layers: (rtn_quantize_ if kind == "RTN" else mse_quantize_)(bed.blocks[l], group_size)
-    elif kind == "GPTQ": gptq_quantize_(bed.model, calib_ids, layers, group_size, gptq_damp, batch_size, inputs=inputs)
+        for l in layers:
+            (rtn_quantize_ if kind == "RTN" else mse_quantize_)(bed.blocks[l], group_size)
+    elif kind == "GPTQ":
+        gptq_quantize_(bed.model, calib_ids, layers, group_size, gptq_damp, batch_size,
+                       inputs=inputs)
     elif kind == "CAT-Q":
-        log = calibrate(bed.model, calib_ids, layers=layers, inputs=inputs, group_size=group_size, batch_size=batch_size,
-                        show_progress=False, **catq)
+        log = calibrate(bed.model, calib_ids, layers=layers, inputs=inputs, group_size=group_size,
+                        batch_size=batch_size, show_progress=False, **catq)
         export_model(bed.model)
     cpu_s = time.process_time() - t0
-    out = dict(nll=bed.held_out_nll(), cpu_s=cpu_s, score_cpu_s=time.process_time() - t0 - cpu_s, log=log)
+    out = dict(
+        nll=bed.held_out_nll(), cpu_s=cpu_s, score_cpu_s=time.process_time() - t0 - cpu_s, log=log
+    )
     bed.restore()
     return out
 
@@ -772,19 +1078,22 @@ def run_quantizer(bed:Testbed,            # the starting point
 # %% ../nbs/05_catq.ipynb #68d13df4
 def run_seed(bed:Testbed,          # the starting point
              calib_ids:Tensor,     # one seed's calibration windows, (N, T)
-             runs:Sequence[dict],  # keyword arguments of `run_quantizer` for each run (kind, layers, ...)
+             # keyword arguments of `run_quantizer` for each run (kind, layers, ...)
+             runs:Sequence[dict],
              batch_size:int=8,     # sequences per forward pass when capturing
             )->dict:               # results of the runs in order; CPU seconds of the shared capture
-    "All runs on one seed's calibration windows: the inputs of each run's first block are captured once and shared."
+    ("All runs on one seed's calibration windows: the inputs of each run's first block are "
+     "captured once and shared.")
     bed.restore()
     t0 = time.process_time()
     X, kw = capture_inputs(bed.model, bed.blocks[bed.first], calib_ids, batch_size)
     xs, out, cap = {bed.first: X}, [], time.process_time() - t0
     for r in runs:
         l0 = min(r["layers"])
-        if l0 not in xs:                                   # the full-precision blocks between first and l0
+        if l0 not in xs:  # the full-precision blocks between first and l0
             t1 = time.process_time(); bed.restore()
-            xs[l0] = _run_batched(bed.blocks[bed.first:l0], X, kw, batch_size); cap += time.process_time() - t1
+            xs[l0] = _run_batched(bed.blocks[bed.first : l0], X, kw, batch_size)
+            cap += time.process_time() - t1
         out.append(run_quantizer(bed, calib_ids=calib_ids, inputs=(xs[l0].clone(), kw), **r))
     return dict(runs=out, capture_cpu_s=cap)
 
@@ -797,20 +1106,31 @@ def _seed_task(task:dict)->dict:
     if _WORKER.get("key") != key:
         from maspob_etal.models import load_causal_lm
         model, _ = load_causal_lm(task["model_path"], device="cpu")
-        _WORKER.update(key=key, bed=Testbed(model, task["eval_ids"], task["first"], task["eval_bs"]))
+        _WORKER.update(
+            key=key, bed=Testbed(model, task["eval_ids"], task["first"], task["eval_bs"])
+        )
     return run_seed(_WORKER["bed"], task["calib_ids"], task["runs"], task["batch_size"])
 
-def run_seeds(tasks:Sequence[dict],   # per seed: calib_ids, runs, batch_size (and for workers: model_path, eval_ids, first, eval_bs)
-              n_jobs:int=1,           # worker processes (spawned, one thread each); 1 runs every task here on `bed`
-              bed:Testbed|None=None,  # the testbed of this process (n_jobs = 1)
-             )->list[dict]:           # `run_seed`'s result for each task, in order
-    "Run each seed's task in this process or in `n_jobs` worker processes; the same numbers either way."
+def run_seeds(
+    tasks: Sequence[
+        dict
+    # per seed: calib_ids, runs, batch_size (and for workers: model_path, eval_ids, first, eval_bs)
+    ],
+    # worker processes (spawned, one thread each); 1 runs every task here on `bed`
+    n_jobs: int = 1,
+    bed: Testbed | None = None,  # the testbed of this process (n_jobs = 1)
+) -> list[dict]:  # `run_seed`'s result for each task, in order
+    ("Run each seed's task in this process or in `n_jobs` worker processes; the same numbers "
+     "either way.")
     if n_jobs <= 1 or len(tasks) == 1:
         if bed is None: raise ValueError("pass bed= to run the tasks in this process (n_jobs = 1)")
-        return [run_seed(bed, t["calib_ids"], t["runs"], t["batch_size"]) for t in progress(tasks, desc="seeds")]
+        return [
+            run_seed(bed, t["calib_ids"], t["runs"], t["batch_size"])
+            for t in progress(tasks, desc="seeds")
+        ]
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
-    from maspob_etal.catq import _seed_task as worker       # spawned workers need the installed function
+    from maspob_etal.catq import _seed_task as worker  # spawned workers need the installed function
     with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=mp.get_context("spawn")) as ex:
         futs = [ex.submit(worker, t) for t in tasks]
         for _ in progress(as_completed(futs), total=len(futs), desc="seeds"): pass

@@ -221,6 +221,25 @@ def test_bad_inputs_raise_clear_errors():
             calibrate(copy.deepcopy(model), calib_ids, **kw)
 
 
+def test_layers_refuse_inputs_of_the_wrong_width():
+    q = CatQLinear(nn.Linear(16, 4), group_size=8)
+    assert q(torch.zeros(3, 5, 16)).shape == (3, 5, 4)
+    for x in (torch.zeros(3, 12), torch.zeros(2, 16, 3), torch.zeros(())):
+        with pytest.raises(ValueError, match=r"CatQLinear expects inputs of shape \(\.\.\., in_features\) = \(\.\.\., 16\)"):
+            q(x)
+    t = TernaryLinear(*q.export(), group_size=8)
+    assert t(torch.zeros(2, 16)).shape == (2, 4)
+    with pytest.raises(ValueError, match=r"TernaryLinear expects .* got shape \(2, 5, 15\): pass inputs whose last dimension is 16"):
+        t(torch.zeros(2, 5, 15))
+
+@pytest.mark.parametrize("delta", [0, 0.0, -0.5, float("nan"), torch.tensor(0.0), torch.tensor([[0.5], [0.0]]),
+                                   torch.tensor([[0.5], [-1e-3]])])
+def test_hard_ternary_refuses_a_threshold_that_is_not_positive(delta):
+    w = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="delta is the dead-zone threshold and must be > 0"):
+        hard_ternary(w, delta)
+    assert torch.equal(hard_ternary(w, torch.tensor([[0.5], [1e-3]])), threshold_rule(w, torch.tensor([[0.5], [1e-3]])))
+
 # --- windows, data, metrics --------------------------------------------------------------------------------------
 
 def test_window_starts_cover_every_layer_twice_with_paper_windows():
