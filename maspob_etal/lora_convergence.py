@@ -32,7 +32,10 @@ def stack(B:Tensor, # adapter B, (..., m, r)
          )->Tensor: # V, (..., m+n, r)
     r"Stack the two LoRA adapters into $V = [B; A^\top]$."
     if B.ndim < 2 or A.ndim < 2 or B.shape[-1] != A.shape[-2]:
-        raise ValueError(f"B must be (..., m, r) and A (..., r, n) with the same rank r; got B {tuple(B.shape)} and A {tuple(A.shape)}")
+        raise ValueError(
+            f"B must be (..., m, r) and A (..., r, n) with the same rank r; got B {tuple(B.shape)}"
+            f" and A {tuple(A.shape)}"
+        )
     return torch.cat([B, A.transpose(-1, -2)], dim=-2)
 
 def unstack(V:Tensor, # stacked adapters, (..., m+n, r)
@@ -40,7 +43,9 @@ def unstack(V:Tensor, # stacked adapters, (..., m+n, r)
            )->tuple[Tensor, Tensor]: # B (..., m, r) and A (..., r, n)
     "Split `V` back into the adapters `B` and `A`."
     if V.ndim < 2 or not 0 < m < V.shape[-2]:
-        raise ValueError(f"V must be (..., m+n, r) with 0 < m < m+n; got V {tuple(V.shape)} and m={m}")
+        raise ValueError(
+            f"V must be (..., m+n, r) with 0 < m < m+n; got V {tuple(V.shape)} and m={m}"
+        )
     return V[..., :m, :], V[..., m:, :].transpose(-1, -2)
 
 def extraction(m:int, n:int, # shape of the adapted matrix W
@@ -68,18 +73,25 @@ def J_and_grad(V:Tensor,    # stacked adapters, (..., m+n, r)
     J, G = loss_grad(X)
     J = torch.as_tensor(J, dtype=X.dtype, device=X.device)
     if not isinstance(G, Tensor) or G.shape != X.shape:
-        raise ValueError(f"loss_grad must return (loss, G) with G shaped like its input X {tuple(X.shape)} (..., m, n); "
-                         f"got G {tuple(G.shape) if isinstance(G, Tensor) else type(G).__name__}")
+        raise ValueError(
+            f"loss_grad must return (loss, G) with G shaped like its input X {tuple(X.shape)} (...,"
+            f" m, n); got G {tuple(G.shape) if isinstance(G, Tensor) else type(G).__name__}"
+        )
     if J.shape != X.shape[:-2]:
-        raise ValueError(f"loss_grad must return one loss per matrix, shape {tuple(X.shape[:-2])}; got {tuple(J.shape)}")
-    gradJ = torch.cat([G @ A.transpose(-1, -2), G.transpose(-1, -2) @ B], dim=-2)  # [G A^T; G^T B], (..., m+n, r)
+        raise ValueError(
+            f"loss_grad must return one loss per matrix, shape {tuple(X.shape[:-2])}; got"
+            f" {tuple(J.shape)}"
+        )
+    # [G A^T; G^T B], (..., m+n, r)
+    gradJ = torch.cat([G @ A.transpose(-1, -2), G.transpose(-1, -2) @ B], dim=-2)
     return J, gradJ, G
 
 def grad_J_sym(V:Tensor, # stacked adapters, (..., m+n, r)
                m:int,    # rows of B
                G:Tensor, # gradient of L at BA, (..., m, n)
               )->Tensor: # grad J, (..., m+n, r)
-    r"The same gradient written as $2\,\mathrm{Sym}(E_1^\top G E_2^\top) V$ (paper form, for checking)."
+    (r"The same gradient written as $2\,\mathrm{Sym}(E_1^\top G E_2^\top) V$ (paper form, for "
+     r"checking).")
     E1, E2 = extraction(m, V.shape[-2] - m, V.dtype, V.device)
     M = E1.T @ G @ E2.T                                                # (..., m+n, m+n)
     return (M + M.transpose(-1, -2)) @ V
@@ -97,7 +109,7 @@ def autograd_loss_grad(loss_fn:Callable, # differentiable torch function X (...,
 
 # %% ../nbs/12_lora_convergence.ipynb #ebff9ef7
 DESCENT_CONSTANTS = {"paper": (math.sqrt(2), math.sqrt(2), math.sqrt(2)/4), # Lemma 3.3 as quoted
-                     "conservative": (2.0, 2.0, 0.5)}                      # derived from L-smoothness directly
+                     "conservative": (2.0, 2.0, 0.5)}  # derived from L-smoothness directly
 
 def _fro(X:Tensor)->Tensor: return torch.linalg.vector_norm(X, dim=(-2, -1))
 
@@ -110,7 +122,8 @@ def descent_rhs(J1:Tensor,   # J(V1), (...)
                 constants:str="paper", # "paper" (Lemma 3.3) or "conservative"
                )->Tensor:    # the upper bound on J(V2), (...)
     "Right-hand side of the descent lemma for the reparametrised objective (Lemma 3.3)."
-    if constants not in DESCENT_CONSTANTS: raise ValueError(f"constants must be one of {list(DESCENT_CONSTANTS)}, got {constants!r}")
+    if constants not in DESCENT_CONSTANTS:
+        raise ValueError(f"constants must be one of {list(DESCENT_CONSTANTS)}, got {constants!r}")
     if not L > 0: raise ValueError(f"L (the smoothness constant) must be > 0, got {L}")
     c2, c3, c4 = DESCENT_CONSTANTS[constants]
     D = V2 - V1
@@ -123,13 +136,21 @@ SCHEDULES = ("theory", "constant", "adaptive", "adaptive2", "normalized")
 def theory_L(L:float,         # smoothness constant of the loss
              n_matrices:int=1, # adapted matrices stacked in V
             )->float:          # the constant the theory step uses
-    "The theory step's constant: $L$ for one adapted matrix, $2L$ for several stacked block-wise (Lemma 3.6)."
-    if isinstance(n_matrices, bool) or not isinstance(n_matrices, (int, np.integer)) or n_matrices < 1:
-        raise ValueError(f"n_matrices must be an integer >= 1 (adapted matrices), got {n_matrices!r}")
+    ("The theory step's constant: $L$ for one adapted matrix, $2L$ for several stacked "
+     "block-wise (Lemma 3.6).")
+    if (
+        isinstance(n_matrices, bool)
+        or not isinstance(n_matrices, (int, np.integer))
+        or n_matrices < 1
+    ):
+        raise ValueError(
+            f"n_matrices must be an integer >= 1 (adapted matrices), got {n_matrices!r}"
+        )
     return L if n_matrices == 1 else 2*L                                           # Lemma 3.6
 
 def _eta(schedule, V_sq, G_norm, loss, gJ_norm, L, alpha, cap):
-    "The step of `schedule` from the norms, unchecked (for inner loops; `L` is the theory step's constant)."
+    ("The step of `schedule` from the norms, unchecked (for inner loops; `L` is the theory "
+     "step's constant).")
     if schedule == "theory": eta = 1.0/(4*math.sqrt(2)*L*(V_sq + G_norm))           # Lemma 3.4
     elif schedule == "constant": eta = alpha*torch.ones_like(V_sq)
     elif schedule == "adaptive": eta = alpha/(V_sq + G_norm)
@@ -140,15 +161,22 @@ def _eta(schedule, V_sq, G_norm, loss, gJ_norm, L, alpha, cap):
 def _positive(name, x):
     if x is None: return
     t = torch.as_tensor(x)
-    if not (torch.isfinite(t) & (t > 0)).all(): raise ValueError(f"{name} must be > 0 (a step size or constant), got {x}")
+    if not (torch.isfinite(t) & (t > 0)).all():
+        raise ValueError(f"{name} must be > 0 (a step size or constant), got {x}")
 
 def _need(schedule, given):
     "Check the schedule's name and that the norms it needs are given."
-    if schedule not in SCHEDULES: raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    need = dict(theory=("V_sq", "G_norm", "L"), constant=("alpha",), adaptive=("V_sq", "G_norm", "alpha"),
-                adaptive2=("V_sq", "loss", "alpha"), normalized=("gradJ_norm", "alpha"))[schedule]
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    need = dict(
+        theory=("V_sq", "G_norm", "L"), constant=("alpha",), adaptive=("V_sq", "G_norm", "alpha"),
+        adaptive2=("V_sq", "loss", "alpha"), normalized=("gradJ_norm", "alpha"),
+    )[schedule]
     missing = [k for k in need if given.get(k) is None]
-    if missing: raise ValueError(f"schedule {schedule!r} needs {', '.join(need)}; missing {', '.join(missing)}")
+    if missing:
+        raise ValueError(
+            f"schedule {schedule!r} needs {', '.join(need)}; missing {', '.join(missing)}"
+        )
     if given.get("loss") is not None and (torch.as_tensor(given["loss"]) < 0).any():
         raise ValueError(f"adaptive2 uses sqrt(loss): the loss must be >= 0, got {given['loss']}")
 
@@ -157,34 +185,40 @@ def step_size_from_norms(schedule:str,    # one of SCHEDULES
                          V_sq=None,       # squared Frobenius norm of V (all adapters), (...)
                          G_norm=None,     # norm of grad_W L at the LoRA product (theory, adaptive)
                          loss=None,       # loss value L(W), >= 0 (adaptive2)
-                         gradJ_norm=None, # norm of grad J, i.e. of all adapter gradients (normalized)
+                         # norm of grad J, i.e. of all adapter gradients (normalized)
+                         gradJ_norm=None,
                          L:float=None,    # smoothness constant (theory)
-                         alpha=None,      # base rate; a number or a tensor broadcastable to the batch
+                         alpha=None,  # base rate; a number or a tensor broadcastable to the batch
                          cap:float=1.0,   # upper limit of every step (paper: 1)
                          n_matrices:int=1, # adapted matrices in V (theory: 2L from 2 on, Lemma 3.6)
                         )->Tensor:        # eta, (...)
     "Step size of one schedule from the norms it needs."
     given = dict(V_sq=V_sq, G_norm=G_norm, loss=loss, gradJ_norm=gradJ_norm, L=L, alpha=alpha)
     _need(schedule, given); _positive("cap", cap)
-    _positive("L", L if schedule == "theory" else None); _positive("alpha", alpha if schedule != "theory" else None)
+    _positive("L", L if schedule == "theory" else None)
+    _positive("alpha", alpha if schedule != "theory" else None)
     t = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.float64)
-    V_sq = t(V_sq) if V_sq is not None else t(alpha if schedule == "constant" else gradJ_norm)   # unused then: only its shape matters
+    # unused then: only its shape matters
+    V_sq = t(V_sq) if V_sq is not None else t(alpha if schedule == "constant" else gradJ_norm)
     L_eff = theory_L(L, n_matrices) if schedule == "theory" else None
     return _eta(schedule, V_sq, t(G_norm), t(loss), t(gradJ_norm), L_eff, t(alpha), cap)
 
 def first_step_alpha(schedule:str,    # one of SCHEDULES but "theory"
                      eta0,            # the wanted first step before the cap, a number or a tensor
                      *,
-                     V_sq=None, G_norm=None, loss=None, gradJ_norm=None, # norms at V0, as in step_size_from_norms
+                     # norms at V0, as in step_size_from_norms
+                     V_sq=None, G_norm=None, loss=None, gradJ_norm=None,
                     )->Tensor:        # alpha, broadcast of eta0 and the norms
-    "The base rate $\\alpha$ whose first step (before the cap) is `eta0`: `eta0` times the denominator at $V_0$."
+    ("The base rate $\\alpha$ whose first step (before the cap) is `eta0`: `eta0` times the "
+     "denominator at $V_0$.")
     if schedule == "theory": raise ValueError("the theory step has no base rate: it is set by L")
     _need(schedule, dict(V_sq=V_sq, G_norm=G_norm, loss=loss, gradJ_norm=gradJ_norm, alpha=1.0))
     _positive("eta0", eta0)
     t = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.float64)
     V_sq = t(V_sq if V_sq is not None else 1.0)
-    one = _eta(schedule, V_sq, t(G_norm), t(loss), t(gradJ_norm), None, t(1.0), math.inf)   # 1/denominator
-    return t(eta0)/one                                                                # eta0 x denominator
+    # 1/denominator
+    one = _eta(schedule, V_sq, t(G_norm), t(loss), t(gradJ_norm), None, t(1.0), math.inf)
+    return t(eta0)/one  # eta0 x denominator
 
 def step_size(schedule:str,     # one of SCHEDULES
               *,
@@ -197,8 +231,10 @@ def step_size(schedule:str,     # one of SCHEDULES
               cap:float=1.0,    # upper limit of every step
              )->Tensor:         # eta, (...)
     "Step size of one schedule at the point `V` (norms are Frobenius)."
-    return step_size_from_norms(schedule, V_sq=(V**2).sum((-2, -1)), G_norm=None if G is None else _fro(G), loss=loss,
-                                gradJ_norm=None if gradJ is None else _fro(gradJ), L=L, alpha=alpha, cap=cap)
+    return step_size_from_norms(
+        schedule, V_sq=(V**2).sum((-2, -1)), G_norm=None if G is None else _fro(G), loss=loss,
+        gradJ_norm=None if gradJ is None else _fro(gradJ), L=L, alpha=alpha, cap=cap,
+    )
 
 # %% ../nbs/12_lora_convergence.ipynb #54d0a70e
 INITS = ("kaiming_B0", "gaussian", "small_B", "zeros")
@@ -206,67 +242,94 @@ INITS = ("kaiming_B0", "gaussian", "small_B", "zeros")
 def init_V(m:int, n:int, r:int, # adapted matrix (m, n) and LoRA rank r
            init:str="kaiming_B0", # one of INITS
            seed:int|Sequence[int]=0, # one seed, or a list of seeds for a batch of starts
-           std:float=1.0,         # standard deviation of the Gaussian entries ("gaussian": A and B; "small_B": B)
+           # standard deviation of the Gaussian entries ("gaussian": A and B; "small_B": B)
+           std:float=1.0,
            dtype=torch.float64,
           )->Tensor:              # V0, (m+n, r), or (len(seed), m+n, r) for a list of seeds
     "Initial stacked adapters; each seed draws its own start on a CPU generator."
     if not (isinstance(r, int) and 1 <= r <= min(m, n)):
-        raise ValueError(f"rank r={r} does not fit the matrix (m, n)=({m}, {n}): choose an integer 1 <= r <= min(m, n) = {min(m, n)}")
+        raise ValueError(
+            f"rank r={r} does not fit the matrix (m, n)=({m}, {n}): choose an integer 1 <= r <="
+            f" min(m, n) = {min(m, n)}"
+        )
     if init not in INITS: raise ValueError(f"init must be one of {INITS}, got {init!r}")
-    if not isinstance(seed, (int, np.integer)): return torch.stack([init_V(m, n, r, init, int(s), std, dtype) for s in seed])
+    if not isinstance(seed, (int, np.integer)):
+        return torch.stack([init_V(m, n, r, init, int(s), std, dtype) for s in seed])
     g = torch.Generator().manual_seed(int(seed))
-    A = (2*torch.rand(r, n, generator=g, dtype=dtype) - 1)/math.sqrt(n)   # kaiming_uniform_(a=sqrt 5): U(-1/sqrt n, 1/sqrt n)
+    # kaiming_uniform_(a=sqrt 5): U(-1/sqrt n, 1/sqrt n)
+    A = (2*torch.rand(r, n, generator=g, dtype=dtype) - 1)/math.sqrt(n)
     B = torch.zeros(m, r, dtype=dtype)
-    if init == "gaussian": A, B = std*torch.randn(r, n, generator=g, dtype=dtype), std*torch.randn(m, r, generator=g, dtype=dtype)
+    if init == "gaussian":
+        A, B = std * torch.randn(r, n, generator=g, dtype=dtype), std * torch.randn(
+            m, r, generator=g, dtype=dtype
+        )
     elif init == "small_B": B = std*torch.randn(m, r, generator=g, dtype=dtype)
     elif init == "zeros": A = torch.zeros_like(A)
     return stack(B, A)
 
 # %% ../nbs/12_lora_convergence.ipynb #1c9b75cd
-def multi_J_and_grad(Vs:Sequence[Tensor], # stacked adapters of each adapted matrix, (..., m_i+n_i, r_i)
+def multi_J_and_grad(Vs:Sequence[Tensor],  # stacked adapters of each adapted matrix, (..., m_i+n_i, r_i)
                      ms:Sequence[int],    # rows of each B_i
-                     loss_grad:Callable,  # [X_i (..., m_i, n_i)] -> (loss (...), [G_i (..., m_i, n_i)])
+                     # [X_i (..., m_i, n_i)] -> (loss (...), [G_i (..., m_i, n_i)])
+                     loss_grad:Callable,
                     )->tuple[Tensor, list, list]: # J (...), [grad J_i (..., m_i+n_i, r_i)], [G_i]
-    r"$J = L(B_1A_1, \dots, B_kA_k)$, its gradient $[G_iA_i^\top; G_i^\top B_i]$ per matrix, and the $G_i$."
+    (r"$J = L(B_1A_1, \dots, B_kA_k)$, its gradient $[G_iA_i^\top; G_i^\top B_i]$ per matrix, "
+     r"and the $G_i$.")
     BA = [unstack(V, m) for V, m in zip(Vs, ms)]
-    Xs = [B @ A for B, A in BA]                                                       # (..., m_i, n_i)
+    Xs = [B @ A for B, A in BA]  # (..., m_i, n_i)
     J, Gs = loss_grad(Xs)
     J = torch.as_tensor(J, dtype=Xs[0].dtype, device=Xs[0].device)
     listed = isinstance(Gs, (list, tuple))
     if not listed or len(Gs) != len(Xs) or any(not isinstance(G, Tensor) or G.shape != X.shape for G, X in zip(Gs, Xs)):
-        got = [tuple(G.shape) if isinstance(G, Tensor) else type(G).__name__ for G in Gs] if listed else Gs
+        got = (
+            [tuple(G.shape) if isinstance(G, Tensor) else type(G).__name__ for G in Gs]
+            if listed
+            else Gs
+        )
         raise ValueError(f"loss_grad must return (loss, G) with G shaped like its input X "
                          f"{[tuple(X.shape) for X in Xs]} (..., m, n); got G {got}")
     if J.shape != Xs[0].shape[:-2]:
-        raise ValueError(f"loss_grad must return one loss per matrix, shape {tuple(Xs[0].shape[:-2])}; "
-                         f"got {tuple(J.shape)}")
-    gJs = [torch.cat([G @ A.transpose(-1, -2), G.transpose(-1, -2) @ B], -2) for (B, A), G in zip(BA, Gs)]
+        raise ValueError(
+            f"loss_grad must return one loss per matrix, shape {tuple(Xs[0].shape[:-2])}; "
+            f"got {tuple(J.shape)}"
+        )
+    gJs = [
+        torch.cat([G @ A.transpose(-1, -2), G.transpose(-1, -2) @ B], -2)
+        for (B, A), G in zip(BA, Gs)
+    ]
     return J, gJs, list(Gs)
 
 def _shift(seed, i):
     "The seed (or seeds) of the i-th adapted matrix: the first matrix keeps `seed`."
     return seed + 1000*i if isinstance(seed, (int, np.integer)) else [int(s) + 1000*i for s in seed]
 
-def lora_gd_multi(loss_grad:Callable,   # [X_i (..., m_i, n_i)] -> (loss (...), [G_i]); see `multi_J_and_grad`
+def lora_gd_multi(loss_grad:Callable,  # [X_i (..., m_i, n_i)] -> (loss (...), [G_i]); see `multi_J_and_grad`
                   shapes:Sequence[tuple], # (m_i, n_i, r_i) of each adapted matrix and its rank
                   T:int,                # number of full-batch GD steps
                   schedule:str="theory", # one of SCHEDULES
-                  alpha=None,           # base rate (all but theory): a number or a tensor that broadcasts
-                  L:float=None,         # smoothness constant of the loss (theory; 2L from 2 matrices on)
-                  init:str="kaiming_B0", # start of each matrix, see `init_V` (ignored when V0s is given)
-                  seed:int|Sequence[int]=0, # seed, or a list of seeds for a batch (matrix i: seed + 1000 i)
+                  alpha=None,  # base rate (all but theory): a number or a tensor that broadcasts
+                  L:float=None,  # smoothness constant of the loss (theory; 2L from 2 matrices on)
+                  # start of each matrix, see `init_V` (ignored when V0s is given)
+                  init:str="kaiming_B0",
+                  # seed, or a list of seeds for a batch (matrix i: seed + 1000 i)
+                  seed:int|Sequence[int]=0,
                   V0s:Sequence[Tensor]=None, # explicit starts, one (..., m_i+n_i, r_i) per matrix
                   cap:float=1.0,        # upper limit of every step (paper: 1)
-                  diverge_factor:float=1e6, # diverged once J > diverge_factor * max(1, |J(V0)|) or not finite
-                  dtype=torch.float64, device=None, # where the runs happen (the loss must live there too)
+                  # diverged once J > diverge_factor * max(1, |J(V0)|) or not finite
+                  diverge_factor:float=1e6,
+                  # where the runs happen (the loss must live there too)
+                  dtype=torch.float64, device=None,
                   show_progress:bool=False, # tqdm bar over the steps
                  )->dict:               # histories (T+1 or T rows, then the batch) and the final Vs
-    "LoRA GD on several adapted matrices at once: one step from the norms of all of them (Lemma 3.6)."
+    ("LoRA GD on several adapted matrices at once: one step from the norms of all of them (Lemma "
+     "3.6).")
     if isinstance(T, bool) or not (isinstance(T, (int, np.integer)) and T >= 1):
         raise ValueError(f"T must be an integer >= 1, got {T!r}")
-    if schedule not in SCHEDULES: raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if schedule == "theory":
-        if L is None: raise ValueError("the theory step needs the smoothness constant L of the loss")
+        if L is None:
+            raise ValueError("the theory step needs the smoothness constant L of the loss")
         _positive("L", L)
     else:
         if alpha is None: raise ValueError(f"schedule {schedule!r} needs a base rate alpha > 0")
@@ -275,30 +338,43 @@ def lora_gd_multi(loss_grad:Callable,   # [X_i (..., m_i, n_i)] -> (loss (...), 
     shapes = [tuple(int(x) for x in s) for s in shapes]
     if not shapes or any(len(s) != 3 for s in shapes):
         raise ValueError(f"shapes must list (m, n, r) per adapted matrix, got {shapes}")
-    if V0s is None: Vs = [init_V(m, n, r, init, _shift(seed, i), dtype=dtype) for i, (m, n, r) in enumerate(shapes)]
+    if V0s is None:
+        Vs = [
+            init_V(m, n, r, init, _shift(seed, i), dtype=dtype)
+            for i, (m, n, r) in enumerate(shapes)
+        ]
     else: Vs = [V.detach().clone() for V in V0s]
-    if len(Vs) != len(shapes): raise ValueError(f"V0s holds {len(Vs)} starts for {len(shapes)} matrices")
+    if len(Vs) != len(shapes):
+        raise ValueError(f"V0s holds {len(Vs)} starts for {len(shapes)} matrices")
     for V, (m, n, r) in zip(Vs, shapes):
         if V.ndim < 2 or V.shape[-2:] != (m + n, r):
             raise ValueError(f"V0 must be (..., m+n, r) = (..., {m+n}, {r}); got {tuple(V.shape)}")
-    Vs = [V.to(device=device, dtype=dtype) for V in Vs]; batch = Vs[0].shape[:-2]; dev = Vs[0].device
-    if any(V.shape[:-2] != batch for V in Vs): raise ValueError("every V0 must have the same batch shape")
+    Vs = [V.to(device=device, dtype=dtype) for V in Vs]
+    batch = Vs[0].shape[:-2]
+    dev = Vs[0].device
+    if any(V.shape[:-2] != batch for V in Vs):
+        raise ValueError("every V0 must have the same batch shape")
     if alpha is not None:
         try: alpha = torch.broadcast_to(torch.as_tensor(alpha, dtype=dtype, device=dev), batch)
         except RuntimeError:
-            raise ValueError(f"alpha of shape {tuple(torch.as_tensor(alpha).shape)} does not broadcast to the batch "
-                             f"{tuple(batch)}") from None
-    L_eff = theory_L(L, len(shapes)) if schedule == "theory" else None      # 2L for several matrices (Lemma 3.6)
+            raise ValueError(
+                f"alpha of shape {tuple(torch.as_tensor(alpha).shape)} does not broadcast to the"
+                f" batch {tuple(batch)}"
+            ) from None
+    # 2L for several matrices (Lemma 3.6)
+    L_eff = theory_L(L, len(shapes)) if schedule == "theory" else None
     ms = [m for m, _, _ in shapes]
     nan = lambda: torch.full((T + 1, *batch), float("nan"), dtype=dtype, device=dev)
     hist = {k: nan() for k in ("J", "grad_sq", "V_sq", "G_norm")}
     hist["eta"] = torch.zeros((T, *batch), dtype=dtype, device=dev)
     alive = torch.ones(batch, dtype=torch.bool, device=dev)
     diverged_at = torch.full(batch, -1, dtype=torch.long, device=dev)
-    bar = progress(range(T + 1), desc=f"lora_gd {schedule}", **({} if show_progress else dict(disable=True)))
+    bar = progress(
+        range(T + 1), desc=f"lora_gd {schedule}", **({} if show_progress else dict(disable=True))
+    )
     for t in bar:
         J, gJs, Gs = multi_J_and_grad(Vs, ms, loss_grad)
-        g_sq = sum((g**2).sum((-2, -1)) for g in gJs)                        # |grad J|^2 over all matrices
+        g_sq = sum((g**2).sum((-2, -1)) for g in gJs)  # |grad J|^2 over all matrices
         v_sq = sum((V**2).sum((-2, -1)) for V in Vs)                         # |V|^2 = sum_i |V_i|^2
         g_norm = sum((G**2).sum((-2, -1)) for G in Gs).sqrt()                # |(G_1, ..., G_k)|
         if t == 0:
@@ -307,42 +383,53 @@ def lora_gd_multi(loss_grad:Callable,   # [X_i (..., m_i, n_i)] -> (loss (...), 
                 raise ValueError("adaptive2 uses sqrt(loss): the loss must be >= 0")
         ok = alive & torch.isfinite(J) & (J <= limit) & torch.isfinite(v_sq)
         diverged_at = torch.where(alive & ~ok, t, diverged_at)
-        shown = ok | (alive & ~ok)                     # log the step where a run diverged, then stop logging
+        shown = ok | (alive & ~ok)  # log the step where a run diverged, then stop logging
         for k, x in (("J", J), ("grad_sq", g_sq), ("V_sq", v_sq), ("G_norm", g_norm)):
             hist[k][t] = torch.where(shown, x, hist[k][t])
         alive = ok
         if t == T: break
-        if t % 50 == 49 and not bool(alive.any()): break         # every run diverged: nothing left to do
+        if t % 50 == 49 and not bool(alive.any()): break  # every run diverged: nothing left to do
         eta = _eta(schedule, v_sq, g_norm, J, g_sq.sqrt(), L_eff, alpha, cap)
         eta = torch.where(alive, eta, torch.zeros_like(J))
         hist["eta"][t] = eta
-        Vs = [torch.where(alive[..., None, None], V - eta[..., None, None]*g, V) for V, g in zip(Vs, gJs)]
-    hist["slack"] = hist["J"][:-1] - hist["J"][1:] - hist["eta"]/4*hist["grad_sq"][:-1]   # Lemma 3.4: >= 0
+        Vs = [
+            torch.where(alive[..., None, None], V - eta[..., None, None] * g, V)
+            for V, g in zip(Vs, gJs)
+        ]
+    # Lemma 3.4: >= 0
+    hist["slack"] = hist["J"][:-1] - hist["J"][1:] - hist["eta"]/4*hist["grad_sq"][:-1]
     out = {k: v.cpu() for k, v in hist.items()}
-    out.update(Vs=[V.cpu() for V in Vs], diverged=(diverged_at >= 0).cpu(), diverged_at=diverged_at.cpu(),
-               schedule=schedule, alpha=None if alpha is None else alpha.cpu(), L=L, shapes=shapes, T=T)
+    out.update(
+        Vs=[V.cpu() for V in Vs], diverged=(diverged_at >= 0).cpu(), diverged_at=diverged_at.cpu(),
+        schedule=schedule, alpha=None if alpha is None else alpha.cpu(), L=L, shapes=shapes, T=T,
+    )
     return out
 
 def lora_gd(loss_grad:Callable, # X (..., m, n) -> (loss (...), G (..., m, n)); see `J_and_grad`
             m:int, n:int, r:int, # adapted matrix (m, n) and LoRA rank r
             T:int,              # number of full-batch GD steps
             schedule:str="theory", # one of SCHEDULES
-            alpha=None,         # base rate (all but theory): a number, or a tensor broadcastable to the batch
+            # base rate (all but theory): a number, or a tensor broadcastable to the batch
+            alpha=None,
             L:float=None,       # smoothness constant of the loss (theory)
             init:str="kaiming_B0", # start, see `init_V` (ignored when V0 is given)
             seed:int|Sequence[int]=0, # seed, or a list of seeds for a batch of runs
             V0:Tensor=None,     # explicit start(s), (..., m+n, r); overrides init and seed
             cap:float=1.0,      # upper limit of every step (paper: 1)
-            diverge_factor:float=1e6, # diverged once J > diverge_factor * max(1, |J(V0)|) or not finite
+            # diverged once J > diverge_factor * max(1, |J(V0)|) or not finite
+            diverge_factor:float=1e6,
             dtype=torch.float64, device=None, # where the runs happen (the loss must live there too)
             show_progress:bool=False, # tqdm bar over the steps
            )->dict:             # histories (T+1 or T rows, then the batch) and the final V
-    "Run LoRA gradient descent, i.e. plain GD on the stacked adapters $V$, for a batch of runs at once."
-    def one(Xs):                                                    # the one-matrix loss, on a list of one
+    ("Run LoRA gradient descent, i.e. plain GD on the stacked adapters $V$, for a batch of runs "
+     "at once.")
+    def one(Xs):  # the one-matrix loss, on a list of one
         J, G = loss_grad(Xs[0])
         return J, [G]
-    out = lora_gd_multi(one, [(m, n, r)], T, schedule, alpha, L, init, seed, None if V0 is None else [V0], cap,
-                        diverge_factor, dtype, device, show_progress)
+    out = lora_gd_multi(
+        one, [(m, n, r)], T, schedule, alpha, L, init, seed, None if V0 is None else [V0], cap,
+        diverge_factor, dtype, device, show_progress,
+    )
     out["V"] = out.pop("Vs")[0]; out.update(m=m, n=n, r=r)
     return out
 
@@ -350,22 +437,31 @@ def lora_gd(loss_grad:Callable, # X (..., m, n) -> (loss (...), G (..., m, n)); 
 def block_stack(Bs:Sequence[Tensor], # adapters B_i, each (m_i, r_i)
                 As:Sequence[Tensor], # adapters A_i, each (r_i, n_i)
                )->Tensor:            # V, (sum m_i + sum n_i, sum r_i)
-    r"Stack several adapters block-wise (Lemma 3.6): $V = [\mathrm{diag}(B_i); \mathrm{diag}(A_i)^\top]$."
+    (r"Stack several adapters block-wise (Lemma 3.6): $V = [\mathrm{diag}(B_i); "
+     r"\mathrm{diag}(A_i)^\top]$.")
     if len(Bs) != len(As) or not len(Bs):
         raise ValueError(f"need one A per B and at least one pair, got {len(Bs)} B and {len(As)} A")
     for B, A in zip(Bs, As):
         if B.ndim != 2 or A.ndim != 2 or B.shape[1] != A.shape[0]:
-            raise ValueError(f"each B_i must be (m_i, r_i) and A_i (r_i, n_i); got {tuple(B.shape)}, {tuple(A.shape)}")
+            raise ValueError(
+                f"each B_i must be (m_i, r_i) and A_i (r_i, n_i); got {tuple(B.shape)},"
+                f" {tuple(A.shape)}"
+            )
     return stack(torch.block_diag(*Bs), torch.block_diag(*As))
 
-def column_blocks(loss_grad:Callable,  # one-matrix loss: X (..., m, n) -> (loss (...), G (..., m, n))
-                  sizes:Sequence[int], # columns n_1, ..., n_k of the blocks (they sum to n)
-                 )->Callable:          # [X_i (..., m, n_i)] -> (loss (...), [G_i (..., m, n_i)])
-    "A loss on $k$ adapted matrices from a one-matrix loss: $L(W_1, \\dots, W_k) = L([W_1 \\cdots W_k])$."
+
+def column_blocks(
+    loss_grad: Callable,  # one-matrix loss: X (..., m, n) -> (loss (...), G (..., m, n))
+    sizes: Sequence[int],  # columns n_1, ..., n_k of the blocks (they sum to n)
+) -> Callable:  # [X_i (..., m, n_i)] -> (loss (...), [G_i (..., m, n_i)])
+    ("A loss on $k$ adapted matrices from a one-matrix loss: $L(W_1, \\dots, W_k) = L([W_1 "
+     "\\cdots W_k])$.")
     sizes = [int(s) for s in sizes]
     def multi(Xs):
         if [X.shape[-1] for X in Xs] != sizes:
-            raise ValueError(f"the blocks must have {sizes} columns, got {[X.shape[-1] for X in Xs]}")
+            raise ValueError(
+                f"the blocks must have {sizes} columns, got {[X.shape[-1] for X in Xs]}"
+            )
         J, G = loss_grad(torch.cat(list(Xs), -1))
         return J, list(G.split(sizes, -1))
     return multi
@@ -382,40 +478,59 @@ def _loglog_slope(y:np.ndarray)->np.ndarray:
     lt_c = lt - lt.mean(0)
     return (lt_c*(ly - ly.mean(0))).sum(0)/(lt_c**2).sum()
 
-def certificate(history:dict,      # needs "J" (T+1 or more rows), "grad_sq" (>= T rows), "eta" (T rows); "V_sq" optional
-                L_star:float=0.0,  # a lower bound of the loss (L* = inf L; 0 for non-negative losses)
-               )->dict:            # min_grad_sq, bound, sum_eta, holds, running curves, growth of |V|^2
-    r"Theorem 3.5: $\min_{t<T}\|\nabla J_t\|^2$ next to $4(J_0 - L^*)/\sum_{t<T}\eta_t$, and the growth of $\|V_t\|^2$."
+
+def certificate(
+    # needs "J" (T+1 or more rows), "grad_sq" (>= T rows), "eta" (T rows); "V_sq" optional
+    history: dict,
+    # a lower bound of the loss (L* = inf L; 0 for non-negative losses)
+    L_star: float = 0.0,
+) -> dict:  # min_grad_sq, bound, sum_eta, holds, running curves, growth of |V|^2
+    (r"Theorem 3.5: $\min_{t<T}\|\nabla J_t\|^2$ next to $4(J_0 - L^*)/\sum_{t<T}\eta_t$, and "
+     r"the growth of $\|V_t\|^2$.")
     J, g_sq, eta = _np(history["J"]), _np(history["grad_sq"]), _np(history["eta"])
     T = eta.shape[0]
     if T < 1 or g_sq.shape[0] < T or J.shape[0] < 1:
-        raise ValueError(f"history needs T >= 1 steps in 'eta' and at least T entries in 'grad_sq'; got {T} and {g_sq.shape[0]}")
+        raise ValueError(
+            f"history needs T >= 1 steps in 'eta' and at least T entries in 'grad_sq'; got {T} and"
+            f" {g_sq.shape[0]}"
+        )
     if (eta < 0).any(): raise ValueError("step sizes in 'eta' must be >= 0")
     with np.errstate(divide="ignore", invalid="ignore"):
-        run_min = np.fmin.accumulate(g_sq[:T], axis=0)                 # min_{s<=t} |grad J_s|^2, ignoring NaN
+        run_min = np.fmin.accumulate(g_sq[:T], axis=0)  # min_{s<=t} |grad J_s|^2, ignoring NaN
         cum_eta = np.cumsum(eta, axis=0)
-        run_bound = 4*(J[0] - L_star)/cum_eta                          # 4 (J0 - L*) / sum_{s<=t} eta_s
-        out = dict(T=T, min_grad_sq=run_min[-1], bound=run_bound[-1], sum_eta=cum_eta[-1], holds=run_min[-1] <= run_bound[-1],
-                   running_min=run_min, running_bound=run_bound, eta_sum_slope=_loglog_slope(cum_eta))
+        run_bound = 4*(J[0] - L_star)/cum_eta  # 4 (J0 - L*) / sum_{s<=t} eta_s
+        out = dict(
+            T=T, min_grad_sq=run_min[-1], bound=run_bound[-1], sum_eta=cum_eta[-1],
+            holds=run_min[-1] <= run_bound[-1], running_min=run_min, running_bound=run_bound,
+            eta_sum_slope=_loglog_slope(cum_eta),
+        )
         if "V_sq" in history:
             v = _np(history["V_sq"])[:T + 1]
-            out.update(V_sq_0=v[0], V_sq_T=v[-1], V_sq_max_increment=np.nanmax(np.diff(v, axis=0), axis=0),
-                       V_sq_slope=_loglog_slope(v))
+            out.update(
+                V_sq_0=v[0], V_sq_T=v[-1], V_sq_max_increment=np.nanmax(np.diff(v, axis=0), axis=0),
+                V_sq_slope=_loglog_slope(v),
+            )
     return out
 
 # %% ../nbs/12_lora_convergence.ipynb #be8212ed
 class LeastSquaresLoss:
-    "Least squares $L(W) = \\|XW^\\top - Y\\|^2/(2N)$ as a `loss_grad` callable, with its exact constants."
+    ("Least squares $L(W) = \\|XW^\\top - Y\\|^2/(2N)$ as a `loss_grad` callable, with its exact "
+     "constants.")
     def __init__(self, X:Tensor, # inputs, (N, n)
                  Y:Tensor,       # targets, (N, m)
                 ):
         if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
-            raise ValueError(f"X must be (N, n) and Y (N, m) with the same N; got {tuple(X.shape)} and {tuple(Y.shape)}")
+            raise ValueError(
+                f"X must be (N, n) and Y (N, m) with the same N; got {tuple(X.shape)} and"
+                f" {tuple(Y.shape)}"
+            )
         N = X.shape[0]
         self.S, self.C, self.c = X.T @ X/N, Y.T @ X/N, (Y**2).sum()/(2*N)   # (n, n), (m, n), scalar
         self.m, self.n = Y.shape[1], X.shape[1]
 
-    def __call__(self, W:Tensor)->tuple[Tensor, Tensor]:  # W (..., m, n) -> loss (...), grad (..., m, n)
+    def __call__(
+        self, W: Tensor
+    ) -> tuple[Tensor, Tensor]:  # W (..., m, n) -> loss (...), grad (..., m, n)
         WS = W @ self.S
         return 0.5*(WS*W).sum((-2, -1)) - (W*self.C).sum((-2, -1)) + self.c, WS - self.C
 
@@ -432,7 +547,8 @@ class LeastSquaresLoss:
     def rank_r_min(self, r:int)->float:
         "Smallest loss reachable by a rank-`r` matrix, i.e. by LoRA of rank `r` from $W_0 = 0$."
         lam, U = torch.linalg.eigh(self.S)
-        sig = torch.linalg.svdvals(self.C @ U @ torch.diag(lam.rsqrt()) @ U.T)   # singular values of C S^(-1/2)
+        # singular values of C S^(-1/2)
+        sig = torch.linalg.svdvals(self.C @ U @ torch.diag(lam.rsqrt()) @ U.T)
         return (self.c - 0.5*(sig[:r]**2).sum()).item()
 
     def to(self, device=None, dtype=None)->"LeastSquaresLoss":
@@ -445,20 +561,28 @@ def least_squares_problem(N:int=500, m:int=8, n:int=20, # samples, outputs, inpu
                           rank_star:int=4,  # rank of the true matrix W* (> LoRA rank)
                           noise:float=0.1,  # standard deviation of the target noise
                           seed:int=0,
-                         )->tuple[LeastSquaresLoss, float, float]: # loss_grad, smoothness L, L* = inf L
-    "A synthetic least-squares problem with a rank-`rank_star` truth; returns the loss, $L$ and $L^*$."
-    if not (1 <= rank_star <= min(m, n)): raise ValueError(f"rank_star must be in 1..min(m, n) = {min(m, n)}, got {rank_star}")
+                         # loss_grad, smoothness L, L* = inf L
+                         )->tuple[LeastSquaresLoss, float, float]:
+    ("A synthetic least-squares problem with a rank-`rank_star` truth; returns the loss, $L$ and "
+     "$L^*$.")
+    if not (1 <= rank_star <= min(m, n)):
+        raise ValueError(f"rank_star must be in 1..min(m, n) = {min(m, n)}, got {rank_star}")
     if N <= n: raise ValueError(f"need N > n samples for a unique minimiser, got N={N}, n={n}")
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(N, n, generator=g, dtype=torch.float64)
-    W_star = torch.randn(m, rank_star, generator=g, dtype=torch.float64) @ torch.randn(rank_star, n, generator=g, dtype=torch.float64)/math.sqrt(rank_star*n)
+    W_star = (
+        torch.randn(m, rank_star, generator=g, dtype=torch.float64)
+        @ torch.randn(rank_star, n, generator=g, dtype=torch.float64)
+        / math.sqrt(rank_star * n)
+    )
     Y = X @ W_star.T + noise*torch.randn(N, m, generator=g, dtype=torch.float64)
     loss = LeastSquaresLoss(X, Y)
     return loss, loss.L_smooth, loss.L_star
 
 # %% ../nbs/12_lora_convergence.ipynb #d0d1857f
 class SoftmaxLoss:
-    "Mean cross-entropy of multinomial logistic regression with logits $X(W_0 + W)^\\top + b_0$, as a `loss_grad` callable."
+    ("Mean cross-entropy of multinomial logistic regression with logits $X(W_0 + W)^\\top + "
+     "b_0$, as a `loss_grad` callable.")
     def __init__(self, X:Tensor, # features, (N, d)
                  y:Tensor,       # integer labels in 0..k-1, (N,)
                  W0:Tensor=None, # frozen base weight, (k, d); default 0
@@ -466,46 +590,62 @@ class SoftmaxLoss:
                  n_classes:int=None, # k; default max(y)+1
                 ):
         if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
-            raise ValueError(f"X must be (N, d) and y (N,) with the same N; got {tuple(X.shape)} and {tuple(y.shape)}")
+            raise ValueError(
+                f"X must be (N, d) and y (N,) with the same N; got {tuple(X.shape)} and"
+                f" {tuple(y.shape)}"
+            )
         k = int(n_classes or int(y.max()) + 1)
         if y.min() < 0 or y.max() >= k: raise ValueError(f"labels must lie in 0..{k-1}")
         self.X, self.XT, self.N, self.k, self.d = X, X.T.contiguous(), len(X), k, X.shape[1]
         self.Yt = torch.nn.functional.one_hot(y.long(), k).to(X.dtype).T.contiguous()   # (k, N)
-        self.W0 = torch.zeros(k, X.shape[1], dtype=X.dtype, device=X.device) if W0 is None else W0.to(X)
+        self.W0 = (
+            torch.zeros(k, X.shape[1], dtype=X.dtype, device=X.device) if W0 is None else W0.to(X)
+        )
         self.b0 = torch.zeros(k, dtype=X.dtype, device=X.device) if b0 is None else b0.to(X)
         self.m, self.n = k, X.shape[1]
 
-    def __call__(self, W:Tensor)->tuple[Tensor, Tensor]:  # W (..., k, d) -> loss (...), grad (..., k, d)
+    def __call__(
+        self, W: Tensor
+    ) -> tuple[Tensor, Tensor]:  # W (..., k, d) -> loss (...), grad (..., k, d)
         batch = W.shape[:-2]
-        Wf = (self.W0 + W).reshape(-1, self.d)                             # (R*k, d): one matrix product for all runs
-        Z = (Wf @ self.XT).view(*batch, self.k, self.N) + self.b0[:, None]  # logits with classes first, (..., k, N)
+        Wf = (self.W0 + W).reshape(-1, self.d)  # (R*k, d): one matrix product for all runs
+        # logits with classes first, (..., k, N)
+        Z = (Wf @ self.XT).view(*batch, self.k, self.N) + self.b0[:, None]
         Zmax = Z.amax(-2, keepdim=True)
         E = (Z - Zmax).exp(); s = E.sum(-2, keepdim=True)
-        J = (Zmax + s.log()).squeeze(-2).mean(-1) - (Z*self.Yt).sum(-2).mean(-1)   # mean of logsumexp - z_y
-        G = ((E/s - self.Yt).reshape(-1, self.N) @ self.X).view(*batch, self.k, self.d)/self.N  # (P - Y)^T X / N
+        # mean of logsumexp - z_y
+        J = (Zmax + s.log()).squeeze(-2).mean(-1) - (Z*self.Yt).sum(-2).mean(-1)
+        # (P - Y)^T X / N
+        G = ((E/s - self.Yt).reshape(-1, self.N) @ self.X).view(*batch, self.k, self.d)/self.N
         return J, G
 
     @property
     def L_upper(self)->float:
-        "Smoothness bound $\\lambda_{\\max}(X^\\top X)/N$ (the official choice; conservative by a factor of about 2)."
+        ("Smoothness bound $\\lambda_{\\max}(X^\\top X)/N$ (the official choice; conservative by "
+         "a factor of about 2).")
         return (torch.linalg.eigvalsh(self.XT @ self.X)[-1]/self.N).item()
 
     def to(self, device=None, dtype=None)->"SoftmaxLoss":
         "A copy on another device or dtype."
         new = object.__new__(SoftmaxLoss); new.__dict__.update(self.__dict__)
-        for k in ("X", "XT", "Yt", "W0", "b0"): setattr(new, k, getattr(self, k).to(device=device, dtype=dtype))
+        for k in ("X", "XT", "Yt", "W0", "b0"):
+            setattr(new, k, getattr(self, k).to(device=device, dtype=dtype))
         return new
 
 def softmax_regression_problem(X:Tensor, # features, (N, d)
                                y:Tensor, # labels, (N,)
                                W0:Tensor=None, # frozen base weight, (k, d)
                               )->tuple[SoftmaxLoss, float]: # loss_grad, smoothness bound
-    "Multinomial logistic regression with LoRA on its weight; returns the loss and $\\lambda_{\\max}(X^\\top X)/N$."
+    ("Multinomial logistic regression with LoRA on its weight; returns the loss and "
+     "$\\lambda_{\\max}(X^\\top X)/N$.")
     loss = SoftmaxLoss(X, y, W0)
     return loss, loss.L_upper
 
-def digits_data(standardize:bool=True, # zero mean and unit variance per pixel (constant pixels are left at 0)
-               )->tuple[Tensor, Tensor]: # X (1797, 64) float64, y (1797,) int64
+
+def digits_data(
+    # zero mean and unit variance per pixel (constant pixels are left at 0)
+    standardize: bool = True,
+) -> tuple[Tensor, Tensor]:  # X (1797, 64) float64, y (1797,) int64
     "scikit-learn's 8x8 digits (shipped with scikit-learn, no download)."
     from sklearn.datasets import load_digits
     X, y = load_digits(return_X_y=True)
@@ -515,7 +655,8 @@ def digits_data(standardize:bool=True, # zero mean and unit variance per pixel (
 
 # %% ../nbs/12_lora_convergence.ipynb #7084c3d5
 def pydoc_text()->str:
-    "The CPython reference-manual topics shipped in the standard library (`pydoc_data.topics`), joined in key order."
+    ("The CPython reference-manual topics shipped in the standard library (`pydoc_data.topics`), "
+     "joined in key order.")
     from pydoc_data.topics import topics
     return "\n\n".join(topics[k] for k in sorted(topics))
 
@@ -524,44 +665,67 @@ def text_batches(tok,                # a tokenizer
                  seq_len:int=256,    # tokens per sequence
                  batch_size:int=8,   # sequences per batch
                 )->Tensor:           # token ids, (n_batches, batch_size, seq_len)
-    "Tokenize `text` and cut it into full batches of full-length sequences (the remainder is dropped)."
-    if seq_len < 2 or batch_size < 1: raise ValueError(f"need seq_len >= 2 and batch_size >= 1, got {seq_len}, {batch_size}")
+    ("Tokenize `text` and cut it into full batches of full-length sequences (the remainder is "
+     "dropped).")
+    if seq_len < 2 or batch_size < 1:
+        raise ValueError(f"need seq_len >= 2 and batch_size >= 1, got {seq_len}, {batch_size}")
     ids = tok(text, add_special_tokens=False, verbose=False)["input_ids"]
     n_b = len(ids)//(seq_len*batch_size)
-    if n_b == 0: raise ValueError(f"text has {len(ids)} tokens, fewer than one batch of {batch_size} x {seq_len}: pass more text")
+    if n_b == 0:
+        raise ValueError(
+            f"text has {len(ids)} tokens, fewer than one batch of {batch_size} x {seq_len}: pass"
+            " more text"
+        )
     return torch.tensor(ids[:n_b*batch_size*seq_len]).view(n_b, batch_size, seq_len)
 
 def add_lora(model,                  # a transformers causal LM
              r:int=32,               # LoRA rank (paper's LLM runs: 32)
              target_modules:Sequence[str]=("q_proj", "v_proj"), # layers to adapt
-             layers:Sequence[int]|None=None, # indices of the decoder layers to adapt; None adapts every layer
+             # indices of the decoder layers to adapt; None adapts every layer
+             layers:Sequence[int]|None=None,
             ):                       # the peft model (wraps `model` in place)
-    "Wrap `model` with peft LoRA adapters of rank `r`, scaling 1 (`lora_alpha = r`), no dropout, no bias."
+    ("Wrap `model` with peft LoRA adapters of rank `r`, scaling 1 (`lora_alpha = r`), no "
+     "dropout, no bias.")
     from peft import LoraConfig, get_peft_model
-    if not (isinstance(r, int) and r >= 1): raise ValueError(f"r must be an integer >= 1, got {r!r}")
-    return get_peft_model(model, LoraConfig(r=r, lora_alpha=r, lora_dropout=0.0, bias="none", target_modules=list(target_modules),
-                                            layers_to_transform=None if layers is None else [int(i) for i in layers]))
+    if not (isinstance(r, int) and r >= 1):
+        raise ValueError(f"r must be an integer >= 1, got {r!r}")
+    return get_peft_model(
+        model,
+        LoraConfig(
+            r=r, lora_alpha=r, lora_dropout=0.0, bias="none", target_modules=list(target_modules),
+            layers_to_transform=None if layers is None else [int(i) for i in layers],
+        ),
+    )
 
 def lora_layers(model)->list:
-    "The peft LoRA layers of `model` as `(A weight, B weight, base weight)` triples; checks that the scaling is 1."
+    ("The peft LoRA layers of `model` as `(A weight, B weight, base weight)` triples; checks "
+     "that the scaling is 1.")
     from peft.tuners.lora import LoraLayer
     out = []
     for mod in model.modules():
         if isinstance(mod, LoraLayer):
             for name in mod.lora_A:
                 if abs(mod.scaling[name] - 1.0) > 1e-12:
-                    raise ValueError(f"LoRA scaling is {mod.scaling[name]}, not 1: use lora_alpha = r (as in the paper) so V holds B and A")
-                out.append((mod.lora_A[name].weight, mod.lora_B[name].weight, mod.get_base_layer().weight))
+                    raise ValueError(
+                        f"LoRA scaling is {mod.scaling[name]}, not 1: use lora_alpha = r (as in the"
+                        " paper) so V holds B and A"
+                    )
+                out.append(
+                    (mod.lora_A[name].weight, mod.lora_B[name].weight, mod.get_base_layer().weight)
+                )
     if not out: raise ValueError("the model has no peft LoRA layers: wrap it with `add_lora` first")
     return out
 
 @torch.no_grad()
 def reset_lora(model,                # a peft model
                seed:int=0,           # seed of the CPU generator that draws A and B
-               b_init_std:float=1e-3, # standard deviation of B0 (paper's small init; 0 gives the usual B0 = 0)
-               init_scale:float=1.0, # both adapters times this, so |V0|^2 times its square (Experiment 3)
+               # standard deviation of B0 (paper's small init; 0 gives the usual B0 = 0)
+               b_init_std:float=1e-3,
+               # both adapters times this, so |V0|^2 times its square (Experiment 3)
+               init_scale:float=1.0,
               ):
-    "Re-draw every adapter: A Kaiming-uniform (a = sqrt 5), B Gaussian with `b_init_std`, both times `init_scale`."
+    ("Re-draw every adapter: A Kaiming-uniform (a = sqrt 5), B Gaussian with `b_init_std`, both "
+     "times `init_scale`.")
     _positive("init_scale", init_scale)
     if not b_init_std >= 0: raise ValueError(f"b_init_std must be >= 0, got {b_init_std}")
     g = torch.Generator().manual_seed(seed)
@@ -571,11 +735,15 @@ def reset_lora(model,                # a peft model
 
 # %% ../nbs/12_lora_convergence.ipynb #03aada59
 def _split_lm(model)->tuple:
-    "The decoder stack (with `.layers` and `.norm`) and the output head of a Llama-style causal LM, peft-wrapped or not."
+    ("The decoder stack (with `.layers` and `.norm`) and the output head of a Llama-style causal "
+     "LM, peft-wrapped or not.")
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     dec, head = getattr(base, "model", None), getattr(base, "lm_head", None)
     if dec is None or head is None or not hasattr(dec, "layers") or not hasattr(dec, "norm"):
-        raise ValueError("need a decoder-only transformers LM with `.model.layers`, `.model.norm` and `.lm_head` (Llama-style)")
+        raise ValueError(
+            "need a decoder-only transformers LM with `.model.layers`, `.model.norm` and `.lm_head`"
+            " (Llama-style)"
+        )
     return dec, head
 
 @contextmanager
@@ -587,7 +755,8 @@ def _run_layers(dec, layers, norm):
     finally: dec.layers, dec.norm = old
 
 def first_lora_layer(model)->int:
-    "Index of the lowest decoder layer that holds a LoRA adapter (layers below it are frozen as a whole)."
+    ("Index of the lowest decoder layer that holds a LoRA adapter (layers below it are frozen as "
+     "a whole).")
     from peft.tuners.lora import LoraLayer
     dec, _ = _split_lm(model)
     for i, layer in enumerate(dec.layers):
@@ -595,166 +764,264 @@ def first_lora_layer(model)->int:
     raise ValueError("the model has no peft LoRA layers: wrap it with `add_lora` first")
 
 @torch.no_grad()
-def prefix_states(model,              # a causal LM (LoRA adapters, if any, only in layers >= first_layer)
+def prefix_states(model,  # a causal LM (LoRA adapters, if any, only in layers >= first_layer)
                   batches:Tensor,     # token ids, (n_batches, batch, seq)
                   first_layer:int,    # the hidden states entering this decoder layer are returned
                  )->Tensor:           # (n_batches, batch, seq, d), on the CPU
-    "Run the frozen bottom of the network once: the hidden states that enter decoder layer `first_layer`, per batch."
+    ("Run the frozen bottom of the network once: the hidden states that enter decoder layer "
+     "`first_layer`, per batch.")
     dec, _ = _split_lm(model)
-    if not 0 < first_layer < len(dec.layers): raise ValueError(f"first_layer must be in 1..{len(dec.layers) - 1}, got {first_layer}")
+    if not 0 < first_layer < len(dec.layers):
+        raise ValueError(f"first_layer must be in 1..{len(dec.layers) - 1}, got {first_layer}")
     dev = next(model.parameters()).device
     with _run_layers(dec, list(dec.layers)[:first_layer], torch.nn.Identity()):
-        return torch.stack([dec(input_ids=b.to(dev), use_cache=False).last_hidden_state.cpu() for b in batches])
+        return torch.stack(
+            [dec(input_ids=b.to(dev), use_cache=False).last_hidden_state.cpu() for b in batches]
+        )
 
 def lm_batch_loss(model,              # a causal LM
                   ids:Tensor,         # token ids, (B, T)
-                  n_last:int|None=None, # score the last n_last tokens of each sequence (None: all T-1 predicted tokens)
-                  first_layer:int=0,  # with h_in: run only decoder layers first_layer.. (their input is h_in)
-                  h_in:Tensor|None=None, # hidden states entering layer first_layer, (B, T, d) (see `prefix_states`)
+                  # score the last n_last tokens of each sequence (None: all T-1 predicted tokens)
+                  n_last:int|None=None,
+                  # with h_in: run only decoder layers first_layer.. (their input is h_in)
+                  first_layer:int=0,
+                  # hidden states entering layer first_layer, (B, T, d) (see `prefix_states`)
+                  h_in:Tensor|None=None,
                  )->Tensor:           # scalar, differentiable
-    "Mean next-token cross-entropy over the last `n_last` tokens of each sequence; optionally from cached hidden states."
+    ("Mean next-token cross-entropy over the last `n_last` tokens of each sequence; optionally "
+     "from cached hidden states.")
     dec, head = _split_lm(model)
     dev = next(model.parameters()).device
     ids = ids.to(dev); T = ids.shape[1]; n = T - 1 if n_last is None else int(n_last)
-    if not 1 <= n <= T - 1: raise ValueError(f"n_last must be in 1..{T - 1} (the predicted tokens of a {T}-token sequence), got {n_last}")
+    if not 1 <= n <= T - 1:
+        raise ValueError(
+            f"n_last must be in 1..{T - 1} (the predicted tokens of a {T}-token sequence), got"
+            f" {n_last}"
+        )
     if h_in is None:
-        if first_layer != 0: raise ValueError("first_layer > 0 needs h_in, the cached states entering that layer (see prefix_states)")
+        if first_layer != 0:
+            raise ValueError(
+                "first_layer > 0 needs h_in, the cached states entering that layer (see"
+                " prefix_states)"
+            )
         h = dec(input_ids=ids, use_cache=False).last_hidden_state
     else:
-        if tuple(h_in.shape[:2]) != tuple(ids.shape): raise ValueError(f"h_in {tuple(h_in.shape)} must be (B, T, d) for ids {tuple(ids.shape)}")
+        if tuple(h_in.shape[:2]) != tuple(ids.shape):
+            raise ValueError(
+                f"h_in {tuple(h_in.shape)} must be (B, T, d) for ids {tuple(ids.shape)}"
+            )
         with _run_layers(dec, list(dec.layers)[first_layer:], dec.norm):
             h = dec(inputs_embeds=h_in.to(dev), use_cache=False).last_hidden_state
-    logits = head(h[:, T-1-n:T-1])                                        # predictions of tokens T-n..T-1, (B, n, V)
+    logits = head(h[:, T-1-n:T-1])  # predictions of tokens T-n..T-1, (B, n, V)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids[:, T-n:].reshape(-1))
 
+
 @torch.no_grad()
-def lm_loss(model, batches:Tensor, n_last:int|None=None, first_layer:int=0, prefix:Tensor|None=None)->float:
-    "Mean of `lm_batch_loss` over `batches` (n, batch, seq); `prefix` holds their cached states entering `first_layer`."
-    return float(np.mean([lm_batch_loss(model, b, n_last, first_layer, None if prefix is None else prefix[i]).item()
-                          for i, b in enumerate(batches)]))
+def lm_loss(
+    model, batches: Tensor, n_last: int | None = None, first_layer: int = 0,
+    prefix: Tensor | None = None,
+) -> float:
+    ("Mean of `lm_batch_loss` over `batches` (n, batch, seq); `prefix` holds their cached states "
+     "entering `first_layer`.")
+    return float(
+        np.mean(
+            [
+                lm_batch_loss(
+                    model, b, n_last, first_layer, None if prefix is None else prefix[i]
+                ).item()
+                for i, b in enumerate(batches)
+            ]
+        )
+    )
+
 
 def lora_sgd(model,                  # a peft model (see `add_lora`)
              batches:Tensor,         # token ids, (n_batches, batch, seq)
              steps:int,              # SGD steps
              schedule:str="constant", # any of SCHEDULES but "theory" (the LLM's L is unknown)
              alpha:float=None,       # base rate
-             eta0:float=None,        # instead of alpha: set alpha so that the first step (before the cap) is eta0
+             # instead of alpha: set alpha so that the first step (before the cap) is eta0
+             eta0:float=None,
              cap:float=1.0,          # upper limit of every step
              seed:int=0,             # adapter init and batch order
              b_init_std:float=1e-3,  # B0 ~ N(0, b_init_std^2), before `init_scale`
              init_scale:float=1.0,   # A0 and B0 times this (see `reset_lora`)
              eval_batches:int=8,     # the first batches, on which the training loss is measured
-             eval_at:Sequence[int]|None=None, # steps after which to measure the training loss (default: the last)
+             # steps after which to measure the training loss (default: the last)
+             eval_at:Sequence[int]|None=None,
              n_last:int|None=None,   # tokens scored per sequence (None: all)
-             prefix:Tensor|None=None, # cached states entering the lowest adapted layer, one per batch (see `prefix_states`)
-             diverge_factor:float=10.0, # diverged once a batch loss exceeds this times the first one, or is not finite
+             # cached states entering the lowest adapted layer, one per batch (see `prefix_states`)
+             prefix:Tensor|None=None,
+             # diverged once a batch loss exceeds this times the first one, or is not finite
+             diverge_factor:float=10.0,
              show_progress:bool=False,
-            )->dict:                 # per-step loss, eta, V_sq, grad norms; training loss at the start, at `eval_at`
-    "Plain SGD on the LoRA adapters of a language model with one step-size schedule (adapters re-drawn from `seed`)."
+            # per-step loss, eta, V_sq, grad norms; training loss at the start, at `eval_at`
+            )->dict:
+    ("Plain SGD on the LoRA adapters of a language model with one step-size schedule (adapters "
+     "re-drawn from `seed`).")
     if schedule not in SCHEDULES or schedule == "theory":
-        raise ValueError(f"schedule must be one of {SCHEDULES[1:]} for an LLM (the theory step needs L), got {schedule!r}")
+        raise ValueError(
+            f"schedule must be one of {SCHEDULES[1:]} for an LLM (the theory step needs L), got"
+            f" {schedule!r}"
+        )
     if (alpha is None) == (eta0 is None): raise ValueError("pass exactly one of alpha and eta0")
     _positive("alpha", alpha); _positive("eta0", eta0); _positive("cap", cap)
-    if batches.ndim != 3: raise ValueError(f"batches must be (n_batches, batch, seq) token ids, got {tuple(batches.shape)}")
+    if batches.ndim != 3:
+        raise ValueError(
+            f"batches must be (n_batches, batch, seq) token ids, got {tuple(batches.shape)}"
+        )
     eval_at = sorted({int(e) for e in (eval_at or (steps,))})
     if eval_at[0] < 1 or eval_at[-1] > steps:
         raise ValueError(f"eval_at must hold steps in 1..{steps}, got {eval_at}")
     layers = lora_layers(model)
     first = first_lora_layer(model) if prefix is not None else 0
-    if prefix is not None and (len(prefix) != len(batches) or tuple(prefix.shape[1:3]) != tuple(batches.shape[1:])):
-        raise ValueError(f"prefix {tuple(prefix.shape)} must hold one (batch, seq, d) block per batch of {tuple(batches.shape)}")
+    if prefix is not None and (
+        len(prefix) != len(batches) or tuple(prefix.shape[1:3]) != tuple(batches.shape[1:])
+    ):
+        raise ValueError(
+            f"prefix {tuple(prefix.shape)} must hold one (batch, seq, d) block per batch of"
+            f" {tuple(batches.shape)}"
+        )
     params = [p for A, B, _ in layers for p in (A, B)]
     reset_lora(model, seed, b_init_std, init_scale)
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(seed))
-    model.eval()                                                          # no dropout anywhere: SGD on a fixed function
+    model.eval()  # no dropout anywhere: SGD on a fixed function
     ev = slice(0, eval_batches)
-    evaluate = lambda: lm_loss(model, batches[ev], n_last, first, None if prefix is None else prefix[ev])
-    h = dict(loss=[], eta=[], V_sq=[], grad_norm=[], G_norm=[], init_loss=evaluate(), diverged=False, eval_at=eval_at,
-             eval_loss=[])
-    for _, _, W in layers: W.requires_grad_(schedule == "adaptive")      # grad_W L = grad wrt the frozen base weight
+    evaluate = lambda: lm_loss(
+        model, batches[ev], n_last, first, None if prefix is None else prefix[ev]
+    )
+    h = dict(
+        loss=[], eta=[], V_sq=[], grad_norm=[], G_norm=[], init_loss=evaluate(), diverged=False,
+        eval_at=eval_at, eval_loss=[],
+    )
+    # grad_W L = grad wrt the frozen base weight
+    for _, _, W in layers: W.requires_grad_(schedule == "adaptive")
     try:
-        for t in progress(range(steps), desc=f"lora_sgd {schedule}", **({} if show_progress else dict(disable=True))):
+        for t in progress(
+            range(steps), desc=f"lora_sgd {schedule}",
+            **({} if show_progress else dict(disable=True)),
+        ):
             i = int(order[t % len(batches)])
-            loss = lm_batch_loss(model, batches[i], n_last, first, None if prefix is None else prefix[i])
+            loss = lm_batch_loss(
+                model, batches[i], n_last, first, None if prefix is None else prefix[i]
+            )
             loss.backward()
             with torch.no_grad():
-                v_sq = sum((p.double()**2).sum() for p in params)                          # |V|^2 over all adapters
-                g_norm = sum((p.grad.double()**2).sum() for p in params).sqrt()             # |grad J|
+                v_sq = sum((p.double()**2).sum() for p in params)  # |V|^2 over all adapters
+                g_norm = sum((p.grad.double()**2).sum() for p in params).sqrt()  # |grad J|
                 G_norm = torch.tensor(float("nan"))
-                if schedule == "adaptive": G_norm = sum((W.grad.double()**2).sum() for _, _, W in layers).sqrt()
+                if schedule == "adaptive":
+                    G_norm = sum((W.grad.double()**2).sum() for _, _, W in layers).sqrt()
                 lv = loss.detach().double()
                 if t == 0:
                     first_loss = lv.item()
-                    if alpha is None:                                     # match the first step to eta0
+                    if alpha is None:  # match the first step to eta0
                         alpha = first_step_alpha(schedule, eta0, V_sq=v_sq, G_norm=G_norm, loss=lv,
                                                  gradJ_norm=g_norm).item()
-                eta = _eta(schedule, v_sq, G_norm, lv, g_norm, None, torch.tensor(alpha, dtype=torch.float64), cap).item()
-                if not math.isfinite(lv.item()) or lv.item() > diverge_factor*first_loss or not math.isfinite(eta):
+                eta = _eta(
+                    schedule, v_sq, G_norm, lv, g_norm, None,
+                    torch.tensor(alpha, dtype=torch.float64), cap,
+                ).item()
+                if (
+                    not math.isfinite(lv.item())
+                    or lv.item() > diverge_factor * first_loss
+                    or not math.isfinite(eta)
+                ):
                     h["diverged"] = True; break
                 for p in params: p.add_(p.grad, alpha=-eta)
             for p in params: p.grad = None
             for _, _, W in layers: W.grad = None
-            for k, x in (("loss", lv), ("eta", eta), ("V_sq", v_sq), ("grad_norm", g_norm), ("G_norm", G_norm)):
+            for k, x in (
+                ("loss", lv), ("eta", eta), ("V_sq", v_sq), ("grad_norm", g_norm),
+                ("G_norm", G_norm),
+            ):
                 h[k].append(float(x))
             if t + 1 in eval_at: h["eval_loss"].append(evaluate())
     finally:
         for _, _, W in layers: W.requires_grad_(False); W.grad = None
         for p in params: p.grad = None
-    h["eval_loss"] += [h["init_loss"]]*(len(eval_at) - len(h["eval_loss"]))   # diverged: no better than the start
-    h.update(final_loss=h["eval_loss"][-1], schedule=schedule, alpha=alpha, seed=seed, steps=steps, b_init_std=b_init_std,
-             init_scale=init_scale)
+    # diverged: no better than the start
+    h["eval_loss"] += [h["init_loss"]]*(len(eval_at) - len(h["eval_loss"]))
+    h.update(
+        final_loss=h["eval_loss"][-1], schedule=schedule, alpha=alpha, seed=seed, steps=steps,
+        b_init_std=b_init_std, init_scale=init_scale,
+    )
     return h
 
 # %% ../nbs/12_lora_convergence.ipynb #c7f1a2b3
 def lora_sgd_arms(model,             # a peft model (see `add_lora`)
                   batches:Tensor,    # token ids, (n_batches, batch, seq)
-                  arms:dict,         # name -> keyword arguments of `lora_sgd` (schedule, alpha or eta0, ...)
+                  # name -> keyword arguments of `lora_sgd` (schedule, alpha or eta0, ...)
+                  arms:dict,
                   steps:int,         # SGD steps of every arm without its own "steps"
                   seed:int=0,        # one seed: the same start and batch order for every arm
-                  eval_at:Sequence[int]|None=None, # steps at which to measure the training loss (those each arm reaches)
-                  **kw,              # passed to every `lora_sgd` call (prefix, n_last, init_scale, ...)
+                  # steps at which to measure the training loss (those each arm reaches)
+                  eval_at:Sequence[int]|None=None,
+                  **kw,  # passed to every `lora_sgd` call (prefix, n_last, init_scale, ...)
                  )->dict:            # name -> `lora_sgd` history
-    "Several schedules from one start; an arm `{'mean_step_of': name}` is a constant step at that arm's mean step."
+    ("Several schedules from one start; an arm `{'mean_step_of': name}` is a constant step at "
+     "that arm's mean step.")
     out = {}
     for name, a in arms.items():
         if not isinstance(a, dict) or not ("schedule" in a or "mean_step_of" in a):
-            raise ValueError(f"arms[{name!r}] must be a dict with a 'schedule' or 'mean_step_of' key, got {a!r}")
+            raise ValueError(
+                f"arms[{name!r}] must be a dict with a 'schedule' or 'mean_step_of' key, got {a!r}"
+            )
         a = dict(a); n = int(a.pop("steps", steps))
-        if "mean_step_of" in a:                                  # the same total step length, spread evenly
+        if "mean_step_of" in a:  # the same total step length, spread evenly
             ref = a.pop("mean_step_of")
-            if ref not in out: raise ValueError(f"arms[{name!r}] takes the mean step of {ref!r}: put {ref!r} earlier")
+            if ref not in out:
+                raise ValueError(
+                    f"arms[{name!r}] takes the mean step of {ref!r}: put {ref!r} earlier"
+                )
             etas = out[ref]["eta"][:n]
-            a = dict(schedule="constant", alpha=float(np.mean(etas) if etas else kw.get("cap", 1.0)), **a)
+            a = dict(
+                schedule="constant", alpha=float(np.mean(etas) if etas else kw.get("cap", 1.0)), **a
+            )
         ev = [e for e in (eval_at or (n,)) if e <= n] or [n]
         out[name] = lora_sgd(model, batches, n, seed=seed, eval_at=ev, **{**kw, **a})
     return out
 
-def lora_llm_schedules(model,            # a causal LM (wrapped with `add_lora` here unless it has LoRA layers)
-                       batches:Tensor,   # token ids, (n_batches, batch, seq)
-                       schedules:dict,   # name -> `lora_sgd` arguments, e.g. {"schedule": "adaptive2", "eta0": 0.1}
-                       steps:int,        # SGD steps per run
-                       seeds:Sequence[int]=(0,), # one run per schedule and seed (a seed fixes init and batch order)
-                       rank:int=32,      # LoRA rank (paper: 32)
-                       layers:Sequence[int]|None=None, # decoder layers to adapt if wrapped here (None: all)
-                       b_init_std:float=1e-3, # B0 ~ N(0, b_init_std^2) (paper's small init) unless a schedule sets it
-                       n_last:int|None=None,  # tokens scored per sequence (None: all)
-                       prefix:Tensor|None=None, # cached states entering the lowest adapted layer (None: computed)
-                       eval_batches:int=8,
-                       show_progress:bool=False,
-                      )->dict:           # name -> list of `lora_sgd` histories, one per seed
-    "Run several step-size schedules of LoRA SGD on one language model, from the same starts and batch orders."
+
+def lora_llm_schedules(
+    model,  # a causal LM (wrapped with `add_lora` here unless it has LoRA layers)
+    batches: Tensor,  # token ids, (n_batches, batch, seq)
+    # name -> `lora_sgd` arguments, e.g. {"schedule": "adaptive2", "eta0": 0.1}
+    schedules: dict,
+    steps: int,  # SGD steps per run
+    # one run per schedule and seed (a seed fixes init and batch order)
+    seeds: Sequence[int] = (0,),
+    rank: int = 32,  # LoRA rank (paper: 32)
+    # decoder layers to adapt if wrapped here (None: all)
+    layers: Sequence[int] | None = None,
+    # B0 ~ N(0, b_init_std^2) (paper's small init) unless a schedule sets it
+    b_init_std: float = 1e-3,
+    n_last: int | None = None,  # tokens scored per sequence (None: all)
+    # cached states entering the lowest adapted layer (None: computed)
+    prefix: Tensor | None = None,
+    eval_batches: int = 8,
+    show_progress: bool = False,
+) -> dict:  # name -> list of `lora_sgd` histories, one per seed
+    ("Run several step-size schedules of LoRA SGD on one language model, from the same starts "
+     "and batch orders.")
     try: lora_layers(model)
     except ValueError: model = add_lora(model, rank, layers=layers)
     first = first_lora_layer(model)
-    if prefix is None and first > 0: prefix = prefix_states(model, batches, first)   # the frozen bottom, run once
-    kw = dict(b_init_std=b_init_std, eval_batches=eval_batches, n_last=n_last, prefix=prefix, show_progress=show_progress)
+    # the frozen bottom, run once
+    if prefix is None and first > 0: prefix = prefix_states(model, batches, first)
+    kw = dict(
+        b_init_std=b_init_std, eval_batches=eval_batches, n_last=n_last, prefix=prefix,
+        show_progress=show_progress,
+    )
     runs = [lora_sgd_arms(model, batches, schedules, steps, seed=s, **kw) for s in seeds]
     return {name: [r[name] for r in runs] for name in schedules}
+
 
 _LLM_WORKER = {}   # the model of a worker process, loaded by its first task
 
 def _llm_worker(task:dict)->dict:
-    "One task in a spawned worker: load and wrap the model once per process (one thread); `lora_sgd_arms`."
+    ("One task in a spawned worker: load and wrap the model once per process (one thread); "
+     "`lora_sgd_arms`.")
     key = (task["model_path"], tuple(task["layers"] or ()), task["rank"])
     if _LLM_WORKER.get("key") != key:
         torch.set_num_threads(1)
@@ -763,22 +1030,32 @@ def _llm_worker(task:dict)->dict:
         _LLM_WORKER.update(key=key, model=add_lora(model, task["rank"], layers=task["layers"]))
     return lora_sgd_arms(_LLM_WORKER["model"], **task["run"])
 
-def run_llm_tasks(runs:Sequence[dict],  # per task, the arguments of `lora_sgd_arms` (batches, arms, steps, seed, ...)
-                  model=None,           # the peft model of this process (used when n_jobs = 1)
-                  n_jobs:int=1,         # worker processes (spawned, one thread each); 1 runs every task here
-                  model_path:str|None=None, # what each worker loads (None: SmolLM2-135M-Instruct), as for `model`
-                  layers:Sequence[int]|None=None, # the decoder layers the workers adapt, as in `model`
-                  rank:int=32,          # LoRA rank of the workers' adapters, as in `model`
-                  show_progress:bool=False,
-                 )->list[dict]:         # the result of `lora_sgd_arms` for each task, in order
-    "Run LoRA SGD tasks here or in `n_jobs` spawned workers of one thread each: the same numbers either way."
+
+def run_llm_tasks(
+    runs: Sequence[
+        dict
+    ],  # per task, the arguments of `lora_sgd_arms` (batches, arms, steps, seed, ...)
+    model=None,  # the peft model of this process (used when n_jobs = 1)
+    # worker processes (spawned, one thread each); 1 runs every task here
+    n_jobs: int = 1,
+    # what each worker loads (None: SmolLM2-135M-Instruct), as for `model`
+    model_path: str | None = None,
+    # the decoder layers the workers adapt, as in `model`
+    layers: Sequence[int] | None = None,
+    rank: int = 32,  # LoRA rank of the workers' adapters, as in `model`
+    show_progress: bool = False,
+) -> list[dict]:  # the result of `lora_sgd_arms` for each task, in order
+    ("Run LoRA SGD tasks here or in `n_jobs` spawned workers of one thread each: the same "
+     "numbers either way.")
     bar = {} if show_progress else dict(disable=True)
     if n_jobs <= 1 or len(runs) <= 1:
-        if model is None: raise ValueError("pass model= to run the tasks in this process (n_jobs = 1)")
+        if model is None:
+            raise ValueError("pass model= to run the tasks in this process (n_jobs = 1)")
         return [lora_sgd_arms(model, **r) for r in progress(runs, desc="LLM tasks", **bar)]
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
-    from maspob_etal.lora_convergence import _llm_worker as worker   # spawned workers need the installed function
+    # spawned workers need the installed function
+    from maspob_etal.lora_convergence import _llm_worker as worker
     layers = None if layers is None else [int(i) for i in layers]
     tasks = [dict(model_path=model_path, layers=layers, rank=rank, run=r) for r in runs]
     with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=mp.get_context("spawn")) as ex:

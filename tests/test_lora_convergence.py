@@ -604,7 +604,8 @@ def _full_preset():
     import ast
     src = next("".join(c["source"]) for c in _notebook_cells() if "".join(c["source"]).startswith("cfg = pick(scale,"))
     call = ast.parse(src).body[0].value
-    return {k.arg: eval(compile(ast.Expression(k.value), "cfg", "eval"), {"__builtins__": {}})[1] for k in call.keywords}
+    return {k.arg: eval(compile(ast.Expression(k.value), "cfg", "eval"), {"__builtins__": {}})[1] for k in call.keywords
+            if k.arg not in ("dry_run", "dry")}
 
 def test_full_preset_runs_the_llm_arm_with_enough_seeds_steps_and_distinct_starts():
     "10+ seeds, more steps than 200 on fewer layers than 2, and starts whose |V0|^2 differs by at least 2 decades; 2 workers."
