@@ -187,7 +187,9 @@ def _scan(self:TiFController, h:Tensor,  # hidden states after the steered layer
     if h.dim() != 3 or h.shape[-1] != self.d_model:
         raise ValueError(f"h must be (B, T, {self.d_model}), got {tuple(h.shape)}")
     if entropy.shape != h.shape[:2]:
-        raise ValueError(f"entropy must be (B, T) = {tuple(h.shape[:2])}, got {tuple(entropy.shape)}")
+        raise ValueError(
+            f"entropy must be (B, T) = {tuple(h.shape[:2])}, got {tuple(entropy.shape)}"
+        )
     B, T, _ = h.shape
     u = self.P(rms_norm(h))                                          # (B, T, m) evidence u_t
     lam, W = self.ode.lam(), self.ode.W_z()
@@ -320,8 +322,7 @@ def lm_loss(logits:Tensor,    # (B, T, V)
            )->Tensor:
     "Next-token cross-entropy, shifted as in Hugging Face (logits at t predict labels at t+1)."
     return F.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-        labels[:, 1:].reshape(-1),
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1),
         ignore_index=-100,
     )
 
@@ -529,19 +530,13 @@ UPS = ["She buys {n} more.", "She finds {n} more.", "She gets {n} more from a fr
 DOWNS = ["She gives {n} away.", "She loses {n}.", "She uses {n}."]
 DECOYS = dict(
     train=[
-        "Her brother is {n} years old.",
-        "The shop opened {n} years ago.",
-        "Her street has {n} houses.",
-        "She walked {n} minutes to school.",
-        "Her class has {n} desks.",
-        "The bus number is {n}.",
+        "Her brother is {n} years old.", "The shop opened {n} years ago.",
+        "Her street has {n} houses.", "She walked {n} minutes to school.",
+        "Her class has {n} desks.", "The bus number is {n}.",
     ],
     test=[
-        "Her cousin owns {n} bikes.",
-        "The train was {n} minutes late.",
-        "Her aunt is {n} years old.",
-        "The park has {n} benches.",
-        "She read {n} pages yesterday.",
+        "Her cousin owns {n} bikes.", "The train was {n} minutes late.",
+        "Her aunt is {n} years old.", "The park has {n} benches.", "She read {n} pages yesterday.",
         "The room number is {n}.",
     ],
 )
@@ -615,8 +610,7 @@ def word_problem_batches(
             )
         T = max(len(a) + len(b) for a, b in rows)
         ids, lab, att = (
-            torch.full((batch_size, T), tok.pad_token_id),
-            torch.full((batch_size, T), -100),
+            torch.full((batch_size, T), tok.pad_token_id), torch.full((batch_size, T), -100),
             torch.zeros(batch_size, T, dtype=torch.long),
         )
         for r, (a, b) in enumerate(rows):
@@ -629,11 +623,7 @@ def word_problem_batches(
 
 @torch.no_grad()
 def solve_word_problems(
-    model,
-    tok,
-    questions: Sequence[str],
-    handle: TiFHandle | None = None,
-    max_new_tokens: int = 32,
+    model, tok, questions: Sequence[str], handle: TiFHandle | None = None, max_new_tokens: int = 32,
     batch_size: int = 16,
 ) -> list[str]:
     "Greedy answers (left-padded batches, KV cache); the thought state is reset for each batch."
@@ -641,20 +631,13 @@ def solve_word_problems(
     dev = next(model.parameters()).device
     for i in range(0, len(questions), batch_size):
         enc = tok(
-            [word_prompt(q) for q in questions[i : i + batch_size]],
-            return_tensors="pt",
-            padding=True,
-            add_special_tokens=False,
+            [word_prompt(q) for q in questions[i : i + batch_size]], return_tensors="pt",
+            padding=True, add_special_tokens=False,
         ).to(dev)
         if handle is not None: handle.reset()
         gen = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tok.pad_token_id,
-            temperature=None,
-            top_p=None,
-            top_k=None,
+            **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id,
+            temperature=None, top_p=None, top_k=None,
         )
         out += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     if handle is not None: handle.reset()
