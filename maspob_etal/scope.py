@@ -31,8 +31,12 @@ __all__ = ['COLORS', 'PEOPLE', 'POSS', 'SMALL', 'SINGLETONS', 'F2_VEHICLES', 'CR
 COLORS = ("red", "blue", "green", "white", "black", "yellow")
 PEOPLE = ("man", "woman", "child")
 POSS = {"man": "his", "woman": "her", "child": "their"}
-SMALL = ("keys", "ball", "bag", "cup")          # small objects: a caption may say "something" instead (p_omit)
-SINGLETONS = ("umbrella", "kite", "suitcase", "scooter", "balloon", "stroller", "skateboard", "tent", "flag", "wheelbarrow")
+# small objects: a caption may say "something" instead (p_omit)
+SMALL = ("keys", "ball", "bag", "cup")
+SINGLETONS = (
+    "umbrella", "kite", "suitcase", "scooter", "balloon", "stroller", "skateboard", "tent", "flag",
+    "wheelbarrow",
+)
 F2_VEHICLES = ("bus", "truck", "van")           # the anchors of count questions arrive and leave
 CROSSERS = ("dog", "child", "bicycle")          # what count questions count
 PLURAL = {"dog": "dogs", "child": "children", "bicycle": "bicycles"}
@@ -40,37 +44,62 @@ COLORED = ("car", "bicycle", *F2_VEHICLES, *SINGLETONS)   # nouns whose items ca
 FAMILIES = ("F1", "F2", "F3", "F4", "F5")
 ITEM_FIELDS = ("kind", "subject", "color", "object", "carried")
 
-SUBJECTS = {   # kind -> nouns that can be its subject
-    "parked": ("car", "truck", "van"), "waits": ("bus",), "rests": ("dog",), "walks": PEOPLE, "visible": SINGLETONS,
-    "arrives": ("car", *F2_VEHICLES), "leaves": ("car", *F2_VEHICLES), "parks": ("car",),
+SUBJECTS = {  # kind -> nouns that can be its subject
+    "parked": ("car", "truck", "van"),
+    "waits": ("bus",),
+    "rests": ("dog",),
+    "walks": PEOPLE,
+    "visible": SINGLETONS,
+    "arrives": ("car", *F2_VEHICLES),
+    "leaves": ("car", *F2_VEHICLES),
+    "parks": ("car",),
     "crosses": ("dog", "child", "bicycle", "man", "woman"),
-    **{k: PEOPLE for k in ("drops", "picks_up", "falls", "waves", "jumps", "opens", "closes", "knocks", "rings")}}
-TEMPLATES = {  # kind -> paraphrases: {S} subject, {O} object, {C} carried object (" carrying a bag", may be empty)
-    "parked":   ["{S} is parked", "{S} is parked by the curb", "{S} sits in a parking spot"],
-    "waits":    ["{S} waits at the stop", "{S} idles at the stop", "{S} stands at the bus stop"],
-    "rests":    ["{S} sits on the sidewalk", "{S} lies by the wall", "{S} rests near the steps"],
-    "walks":    ["{S}{C} walks by", "{S}{C} strolls past", "{S}{C} passes on the sidewalk"],
-    "visible":  ["{S} is visible near the corner", "{S} can be seen by the wall", "there is {S} next to the lamp post"],
-    "arrives":  ["{S} arrives", "{S} pulls up", "{S} comes into view"],
-    "leaves":   ["{S} drives away", "{S} pulls away", "{S} leaves the street"],
-    "parks":    ["{S} parks", "{S} pulls into a parking spot", "{S} backs into a space"],
-    "crosses":  ["{S} crosses the street", "{S} runs across the street", "{S} goes across the road"],
-    "drops":    ["{S} drops {O}", "{S} lets {O} fall", "{S} accidentally drops {O}"],
-    "picks_up": ["{S} picks up {O}", "{S} grabs {O} from the ground", "{S} lifts {O} off the ground"],
-    "falls":    ["{S} falls", "{S} trips and falls", "{S} falls over"],
-    "waves":    ["{S} waves", "{S} waves a hand", "{S} waves hello"],
-    "jumps":    ["{S} jumps", "{S} jumps up", "{S} hops in the air"],
-    "opens":    ["{S}{C} opens the door", "{S} opens the door{C}", "the door is opened by {S}{C}"],
-    "closes":   ["{S}{C} closes the door", "{S} shuts the door{C}", "the door is closed by {S}{C}"],
-    "knocks":   ["{S}{C} knocks on the door", "{S} knocks on the door{C}", "{S}{C} taps on the door"],
-    "rings":    ["{S}{C} rings the doorbell", "{S} presses the doorbell{C}", "{S}{C} rings the bell"]}
+    **{
+        k: PEOPLE
+        for k in (
+            "drops", "picks_up", "falls", "waves", "jumps", "opens", "closes", "knocks", "rings"
+        )
+    },
+}
+# kind -> paraphrases: {S} subject, {O} object, {C} carried object (" carrying a bag", may be empty)
+TEMPLATES = {
+    "parked": ["{S} is parked", "{S} is parked by the curb", "{S} sits in a parking spot"],
+    "waits": ["{S} waits at the stop", "{S} idles at the stop", "{S} stands at the bus stop"],
+    "rests": ["{S} sits on the sidewalk", "{S} lies by the wall", "{S} rests near the steps"],
+    "walks": ["{S}{C} walks by", "{S}{C} strolls past", "{S}{C} passes on the sidewalk"],
+    "visible": [
+        "{S} is visible near the corner", "{S} can be seen by the wall",
+        "there is {S} next to the lamp post",
+    ],
+    "arrives": ["{S} arrives", "{S} pulls up", "{S} comes into view"],
+    "leaves": ["{S} drives away", "{S} pulls away", "{S} leaves the street"],
+    "parks": ["{S} parks", "{S} pulls into a parking spot", "{S} backs into a space"],
+    "crosses": ["{S} crosses the street", "{S} runs across the street", "{S} goes across the road"],
+    "drops": ["{S} drops {O}", "{S} lets {O} fall", "{S} accidentally drops {O}"],
+    "picks_up": [
+        "{S} picks up {O}", "{S} grabs {O} from the ground", "{S} lifts {O} off the ground",
+    ],
+    "falls": ["{S} falls", "{S} trips and falls", "{S} falls over"],
+    "waves": ["{S} waves", "{S} waves a hand", "{S} waves hello"],
+    "jumps": ["{S} jumps", "{S} jumps up", "{S} hops in the air"],
+    "opens": ["{S}{C} opens the door", "{S} opens the door{C}", "the door is opened by {S}{C}"],
+    "closes": ["{S}{C} closes the door", "{S} shuts the door{C}", "the door is closed by {S}{C}"],
+    "knocks": ["{S}{C} knocks on the door", "{S} knocks on the door{C}", "{S}{C} taps on the door"],
+    "rings": ["{S}{C} rings the doorbell", "{S} presses the doorbell{C}", "{S}{C} rings the bell"],
+}
 EMPTY_CAPTIONS = ("the street is quiet", "nothing happens", "an empty street corner")
 DOMINANT_STATE = {"car": "parked", "bus": "waits", "dog": "rests", "man": "walks", "woman": "walks"}
 
-def item(kind:str, subject:str, color:str|None=None, object:str|None=None, carried:str|None=None)->dict:
+
+def item(
+    kind: str, subject: str, color: str | None = None, object: str | None = None,
+    carried: str | None = None,
+) -> dict:
     "One annotation item: an event or a state in view, with every field of `ITEM_FIELDS`."
-    if kind not in TEMPLATES: raise ValueError(f"unknown item kind {kind!r}; valid: {', '.join(TEMPLATES)}")
-    if subject not in SUBJECTS[kind]: raise ValueError(f"{subject!r} cannot be the subject of {kind!r}; valid: {SUBJECTS[kind]}")
+    if kind not in TEMPLATES:
+        raise ValueError(f"unknown item kind {kind!r}; valid: {', '.join(TEMPLATES)}")
+    if subject not in SUBJECTS[kind]:
+        raise ValueError(f"{subject!r} cannot be the subject of {kind!r}; valid: {SUBJECTS[kind]}")
     return dict(kind=kind, subject=subject, color=color, object=object, carried=carried)
 
 # %% ../nbs/11_scope.ipynb #02c924a0
@@ -78,10 +107,12 @@ def _a(np_:str)->str: return ("an " if np_[0] in "aeiou" else "a ") + np_
 
 def render_clause(it:dict,                # an item (see `item`)
                   rng:np.random.Generator, # picks the paraphrase and the noise
-                  p_attr:float=0.0,       # probability that the colour is dropped (half) or flipped (half)
+                  # probability that the colour is dropped (half) or flipped (half)
+                  p_attr:float=0.0,
                   p_omit:float=0.0,       # probability that a small object becomes "something"
                  )->str:                  # the clause, lower case, no final period
-    "Caption clause of one item as the edge sees it: a random paraphrase, with attribute and object noise."
+    ("Caption clause of one item as the edge sees it: a random paraphrase, with attribute and "
+     "object noise.")
     kind, subj = it["kind"], it["subject"]
     tpl = TEMPLATES[kind][int(rng.integers(len(TEMPLATES[kind])))]
     color = it.get("color")
@@ -100,16 +131,25 @@ def render_clause(it:dict,                # an item (see `item`)
 
 def _clause_regex(kind:str, tpl:str)->re.Pattern:
     subj = "|".join(SUBJECTS[kind])
-    parts = {"S": rf"(?:a|an) (?:(?P<color>{'|'.join(COLORS)}) )?(?P<subject>{subj})",
-             "O": rf"(?:(?:his|her|their|the) (?P<object>{'|'.join(SMALL)})|something)",
-             "C": rf"(?: (?:carrying|holding) (?:(?:a |an )?(?P<carried>{'|'.join(SMALL)})|something))"
-                  + ("?" if kind == "walks" else "")}
+    parts = {
+        "S": rf"(?:a|an) (?:(?P<color>{'|'.join(COLORS)}) )?(?P<subject>{subj})",
+        "O": rf"(?:(?:his|her|their|the) (?P<object>{'|'.join(SMALL)})|something)",
+        "C": (
+            rf"(?: (?:carrying|holding) (?:(?:a |an )?(?P<carried>{'|'.join(SMALL)})|something))"
+            + ("?" if kind == "walks" else "")
+        ),
+    }
     pieces = re.split(r"(\{[SOC]\})", tpl)
-    return re.compile("".join(parts[p[1]] if re.fullmatch(r"\{[SOC]\}", p) else re.escape(p) for p in pieces))
+    return re.compile(
+        "".join(parts[p[1]] if re.fullmatch(r"\{[SOC]\}", p) else re.escape(p) for p in pieces)
+    )
 
 _PARSERS = [(k, _clause_regex(k, t)) for k, ts in TEMPLATES.items() for t in ts]
 
-def parse_caption(caption:str)->list[dict]:   # the items the caption states; unknown clauses are skipped
+
+def parse_caption(
+    caption: str,
+) -> list[dict]:  # the items the caption states; unknown clauses are skipped
     "Read an edge caption back into items (the edge's noisy perception), one clause at a time."
     out = []
     for clause in caption.strip().rstrip(".").split(". "):
@@ -118,7 +158,12 @@ def parse_caption(caption:str)->list[dict]:   # the items the caption states; un
             m = rx.fullmatch(c)
             if m:
                 g = m.groupdict()
-                out.append(dict(kind=kind, subject=g["subject"], color=g.get("color"), object=g.get("object"), carried=g.get("carried")))
+                out.append(
+                    dict(
+                        kind=kind, subject=g["subject"], color=g.get("color"),
+                        object=g.get("object"), carried=g.get("carried"),
+                    )
+                )
                 break
     return out
 
@@ -149,19 +194,29 @@ def _check_nodes(plan:PlanDAG):
     ids = [n.id for n in plan.nodes]
     if len(set(ids)) != len(ids): raise PlanError(f"node ids must be unique, got {ids}")
     for n in plan.nodes:
-        if n.op not in OPS: raise PlanError(f"node {n.id!r}: unknown op {n.op!r}; valid: {', '.join(OPS)}")
-        if n.rel not in RELS: raise PlanError(f"node {n.id!r}: unknown relation {n.rel!r}; valid: {', '.join(RELS)}")
+        if n.op not in OPS:
+            raise PlanError(f"node {n.id!r}: unknown op {n.op!r}; valid: {', '.join(OPS)}")
+        if n.rel not in RELS:
+            raise PlanError(f"node {n.id!r}: unknown relation {n.rel!r}; valid: {', '.join(RELS)}")
         if not n.text.strip() or "|" in n.text or "\n" in n.text:
-            raise PlanError(f"node {n.id!r}: text must be non-empty, one line, without '|', got {n.text!r}")
+            raise PlanError(
+                f"node {n.id!r}: text must be non-empty, one line, without '|', got {n.text!r}"
+            )
         for p in n.parents:
             if p not in ids: raise PlanError(f"node {n.id!r}: missing parent {p!r}")
-        lo, hi = {"AT": (1, 9), "AFTER": (1, 9), "BEFORE": (1, 9), "BETWEEN": (2, 2)}.get(n.rel, (0, 9))
+        lo, hi = {"AT": (1, 9), "AFTER": (1, 9), "BEFORE": (1, 9), "BETWEEN": (2, 2)}.get(
+            n.rel, (0, 9)
+        )
         if not lo <= len(n.parents) <= hi:
-            raise PlanError(f"node {n.id!r}: relation {n.rel} needs {lo if lo == hi else f'at least {lo}'} parent(s), got {len(n.parents)}")
+            raise PlanError(
+                f"node {n.id!r}: relation {n.rel} needs {lo if lo == hi else f'at least {lo}'}"
+                f" parent(s), got {len(n.parents)}"
+            )
 
 @patch
 def topo_order(self:PlanDAG)->list:
-    "Nodes with every parent before its children (Kahn's algorithm, ties in listing order); raises `PlanError` on a cycle."
+    ("Nodes with every parent before its children (Kahn's algorithm, ties in listing order); "
+     "raises `PlanError` on a cycle.")
     _check_nodes(self)
     indeg = {n.id: len(set(n.parents)) for n in self.nodes}
     children = {n.id: [c for c in self.nodes if n.id in c.parents] for n in self.nodes}
@@ -172,7 +227,10 @@ def topo_order(self:PlanDAG)->list:
             indeg[c.id] -= 1
             if indeg[c.id] == 0: ready.append(c)
     if len(out) != len(self.nodes):
-        raise PlanError(f"the plan has a cycle through {sorted(set(n.id for n in self.nodes) - set(n.id for n in out))}")
+        raise PlanError(
+            "the plan has a cycle through"
+            f" {sorted(set(n.id for n in self.nodes) - set(n.id for n in out))}"
+        )
     return out
 
 @patch
@@ -180,7 +238,8 @@ def validate(self:PlanDAG)->None:
     "Raise `PlanError` unless the plan is a valid DAG with exactly one sink."
     self.topo_order()
     sinks = [n.id for n in self.nodes if not any(n.id in c.parents for c in self.nodes)]
-    if len(sinks) != 1: raise PlanError(f"a plan needs exactly one sink (the answering node), got {sinks}")
+    if len(sinks) != 1:
+        raise PlanError(f"a plan needs exactly one sink (the answering node), got {sinks}")
 
 @patch(as_prop=True)
 def sink(self:PlanDAG)->PlanNode:
@@ -190,7 +249,9 @@ def sink(self:PlanDAG)->PlanNode:
 @patch
 def to_lines(self:PlanDAG)->str:
     "The plan as text, one `id | op | text | rel | parents` line per node."
-    return "\n".join(f"{n.id} | {n.op} | {n.text} | {n.rel} | {','.join(n.parents)}" for n in self.nodes)
+    return "\n".join(
+        f"{n.id} | {n.op} | {n.text} | {n.rel} | {','.join(n.parents)}" for n in self.nodes
+    )
 
 @patch(cls_method=True)
 def from_lines(cls:PlanDAG, text:str)->PlanDAG:
@@ -198,8 +259,16 @@ def from_lines(cls:PlanDAG, text:str)->PlanDAG:
     nodes = []
     for i, line in enumerate(l for l in text.splitlines() if l.strip()):
         f = [x.strip() for x in line.split("|")]
-        if len(f) != 5: raise PlanError(f"plan line {i+1} needs 5 fields 'id | op | text | rel | parents', got {line!r}")
-        nodes.append(PlanNode(f[0], f[1].upper(), f[2], f[3].upper() or "NONE", tuple(p.strip() for p in f[4].split(",") if p.strip())))
+        if len(f) != 5:
+            raise PlanError(
+                f"plan line {i+1} needs 5 fields 'id | op | text | rel | parents', got {line!r}"
+            )
+        nodes.append(
+            PlanNode(
+                f[0], f[1].upper(), f[2], f[3].upper() or "NONE",
+                tuple(p.strip() for p in f[4].split(",") if p.strip()),
+            )
+        )
     if not nodes: raise PlanError("no plan lines found")
     return cls(nodes)
 
@@ -225,7 +294,9 @@ class FrameAnn:
 
 @dataclass
 class SyntheticVideo:
-    "A synthetic long video: exact annotations, noisy edge captions, and the question structures planted in it."
+    ("A synthetic long video: exact annotations, noisy edge captions, and the question "
+     "structures planted in it.")
+
     anns: list            # FrameAnn per frame
     edge_captions: list   # the edge's caption per frame
     seed: int             # generator seed
@@ -233,19 +304,29 @@ class SyntheticVideo:
     dominant: str         # the dominant distractor's noun
     plants: list          # planted question structures (dicts), in planting order
     @property
-    def T(self)->int: return len(self.anns)
+    def T(self) -> int:
+        return len(self.anns)
 
 # %% ../nbs/11_scope.ipynb #9c4eaff0
-ANCHOR_POOL = ([("drops", p, o) for p in PEOPLE for o in SMALL] + [("picks_up", p, o) for p in PEOPLE for o in SMALL]
-               + [(k, p, None) for k in ("falls", "waves", "jumps") for p in PEOPLE])          # unique key events (F1, F3)
-DOOR_POOL = [(k, p) for k in ("opens", "closes", "knocks", "rings") for p in PEOPLE]           # F4 anchors
-F2_POOL = [(v, c) for v in F2_VEHICLES for c in COLORS]                                        # F2 anchors
+ANCHOR_POOL = (
+    [("drops", p, o) for p in PEOPLE for o in SMALL]
+    + [("picks_up", p, o) for p in PEOPLE for o in SMALL]
+    # unique key events (F1, F3)
+    + [(k, p, None) for k in ("falls", "waves", "jumps") for p in PEOPLE]
+)
+DOOR_POOL = [(k, p) for k in ("opens", "closes", "knocks", "rings") for p in PEOPLE]  # F4 anchors
+F2_POOL = [(v, c) for v in F2_VEHICLES for c in COLORS]  # F2 anchors
 
 def _layout(lengths:Sequence[int], T:int, gap:int, rng)->list:
-    "Random starts for blocks of the given lengths: a random order, at least `gap` free frames between blocks, the spare frames spread at random."
+    ("Random starts for blocks of the given lengths: a random order, at least `gap` free frames "
+     "between blocks, the spare frames spread at random.")
     n = len(lengths)
     slack = T - sum(lengths) - gap*(n - 1)
-    if slack < 0: raise ValueError(f"T={T} frames cannot hold the {n} planted blocks ({sum(lengths)} frames and gaps): raise T or lower n_per_family")
+    if slack < 0:
+        raise ValueError(
+            f"T={T} frames cannot hold the {n} planted blocks ({sum(lengths)} frames and gaps):"
+            " raise T or lower n_per_family"
+        )
     cuts = np.sort(rng.integers(0, slack + 1, size=n))
     extra, starts, pos = np.diff(np.concatenate([[0], cuts])), [0]*n, 0
     for j, b in enumerate(rng.permutation(n)):
@@ -253,33 +334,70 @@ def _layout(lengths:Sequence[int], T:int, gap:int, rng)->list:
     return starts
 
 def _plant(T:int, families:Sequence[str], n:int, follow:int, rng, gap:int=3)->tuple[list, dict]:
-    "Choose the question structures and lay them out: returns the plants and the events of each frame."
+    ("Choose the question structures and lay them out: returns the plants and the events of each "
+     "frame.")
     anchors = [ANCHOR_POOL[i] for i in rng.permutation(len(ANCHOR_POOL))]
     doors = [DOOR_POOL[i] for i in rng.permutation(len(DOOR_POOL))]
     f2s = [F2_POOL[i] for i in rng.permutation(len(F2_POOL))]
     singles = [SINGLETONS[i] for i in rng.permutation(len(SINGLETONS))]
-    plants, blocks = [], []        # a block: its length, its events at offsets, and the plant fields its start fixes
-    block = lambda length, events, plant=None, **fields: blocks.append(dict(length=length, events=events, plant=plant, fields=fields))
+    # a block: its length, its events at offsets, and the plant fields its start fixes
+    plants, blocks = [], []
+    block = lambda length, events, plant=None, **fields: blocks.append(
+        dict(length=length, events=events, plant=plant, fields=fields)
+    )
     for fam in FAMILIES:
         if fam not in families: continue
         for _ in range(n):
             if fam == "F1":
-                (k, p, o), rel, color = anchors.pop(), ("AFTER", "BEFORE")[int(rng.integers(2))], str(rng.choice(COLORS))
-                d, tkind = int(rng.integers(4, follow + 1)), ("leaves" if rel == "AFTER" else "arrives")
+                (k, p, o), rel, color = (
+                    anchors.pop(),
+                    ("AFTER", "BEFORE")[int(rng.integers(2))],
+                    str(rng.choice(COLORS)),
+                )
+                d, tkind = int(rng.integers(4, follow + 1)), (
+                    "leaves" if rel == "AFTER" else "arrives"
+                )
                 oa, ot = (0, d) if rel == "AFTER" else (follow, follow - d)
-                dcol = [str(c) for c in rng.choice([c for c in COLORS if c != color], 2, replace=False)]
-                plants.append(dict(family="F1", anchor=(k, p, o), rel=rel, target=tkind, color=color, decoy_colors=dcol, follow=follow))
-                block(follow + 1, [(oa, item(k, p, object=o)), (ot, item(tkind, "car", color=color))], plants[-1], t_anchor=oa, t_target=ot)
-                for c in dcol: block(1, [(0, item(tkind, "car", color=c))])            # decoys: the same car event elsewhere
+                dcol = [
+                    str(c) for c in rng.choice([c for c in COLORS if c != color], 2, replace=False)
+                ]
+                plants.append(
+                    dict(
+                        family="F1",
+                        anchor=(k, p, o),
+                        rel=rel,
+                        target=tkind,
+                        color=color,
+                        decoy_colors=dcol,
+                        follow=follow,
+                    )
+                )
+                block(
+                    follow + 1,
+                    [(oa, item(k, p, object=o)), (ot, item(tkind, "car", color=color))],
+                    plants[-1],
+                    t_anchor=oa,
+                    t_target=ot,
+                )
+                # decoys: the same car event elsewhere
+                for c in dcol: block(1, [(0, item(tkind, "car", color=c))])
             elif fam == "F2":
                 (v, c), x, k = f2s.pop(), str(rng.choice(CROSSERS)), int(rng.integers(0, 4))
-                L = 4*(k + 1) + int(rng.integers(0, 5))                # anchors and crossings at least 4 frames apart
+                # anchors and crossings at least 4 frames apart
+                L = 4*(k + 1) + int(rng.integers(0, 5))
                 extra = np.sort(rng.integers(0, L - 4*(k + 1) + 1, size=k))
                 oc = [4*(j + 1) + int(extra[j]) for j in range(k)]
                 plants.append(dict(family="F2", vehicle=v, color=c, crosser=x, count=k))
-                block(L + 1, [(0, item("arrives", v, color=c)), (L, item("leaves", v, color=c))] + [(o, item("crosses", x)) for o in oc],
-                      plants[-1], t1=0, t2=L, t_cross=oc)
-                block(1, [(0, item("crosses", x))])                       # a decoy crossing elsewhere
+                block(
+                    L + 1,
+                    [(0, item("arrives", v, color=c)), (L, item("leaves", v, color=c))]
+                    + [(o, item("crosses", x)) for o in oc],
+                    plants[-1],
+                    t1=0,
+                    t2=L,
+                    t_cross=oc,
+                )
+                block(1, [(0, item("crosses", x))])  # a decoy crossing elsewhere
             elif fam == "F3":
                 a, b = anchors.pop(), anchors.pop()
                 plants.append(dict(family="F3", a=a, b=b))
@@ -291,58 +409,96 @@ def _plant(T:int, families:Sequence[str], n:int, follow:int, rng, gap:int=3)->tu
                 block(1, [(0, item(k, p, carried=o))], plants[-1], t=0)
             else:
                 obj, color = singles.pop(), str(rng.choice(COLORS))
-                plants.append(dict(family="F5", obj=obj, color=color, entity=item("visible", obj, color=color)))
+                plants.append(
+                    dict(
+                        family="F5", obj=obj, color=color, entity=item("visible", obj, color=color)
+                    )
+                )
                 block(1, [], plants[-1], t=0)
-    for _ in range(T // 60):                                   # unrelated events: cars parking, people crossing
-        block(1, [(0, item("parks", "car", color=str(rng.choice(COLORS))) if rng.random() < 0.5 else item("crosses", str(rng.choice(["man", "woman"]))))])
+    for _ in range(T // 60):  # unrelated events: cars parking, people crossing
+        block(
+            1,
+            [
+                (
+                    0,
+                    (
+                        item("parks", "car", color=str(rng.choice(COLORS)))
+                        if rng.random() < 0.5
+                        else item("crosses", str(rng.choice(["man", "woman"])))
+                    ),
+                )
+            ],
+        )
     ev = {}
     for b, s in zip(blocks, _layout([b["length"] for b in blocks], T, gap, rng)):
         for off, it in b["events"]: ev.setdefault(s + off, []).append(it)
-        for name, off in b["fields"].items(): b["plant"][name] = [s + o for o in off] if isinstance(off, list) else s + off
+        for name, off in b["fields"].items():
+            b["plant"][name] = [s + o for o in off] if isinstance(off, list) else s + off
     return plants, ev
 
 # %% ../nbs/11_scope.ipynb #42016a00
 def generate_video(T:int=600,              # frames (one per second)
-                   rho_dom:float=0.5,      # fraction of frames showing the dominant distractor (the submergence knob)
+                   # fraction of frames showing the dominant distractor (the submergence knob)
+                   rho_dom:float=0.5,
                    dominant:str="car",     # the dominant distractor: car, bus, dog, man or woman
                    n_per_family:int=4,     # question structures planted per family (at most 10)
                    families:Sequence[str]=FAMILIES, # families to plant
                    p_attr:float=0.3,       # edge noise: colour dropped or flipped
                    p_omit:float=0.15,      # edge noise: small object said as "something"
-                   follow:int=10,          # F1: the target event is 4 to `follow` frames after (before) the key event
-                   seed:int=0,             # generator seed; same seed and other rho_dom: same video but the distractor
+                   # F1: the target event is 4 to `follow` frames after (before) the key event
+                   follow:int=10,
+                   # generator seed; same seed and other rho_dom: same video but the distractor
+                   seed:int=0,
                   )->SyntheticVideo:
-    "A synthetic long video with exact annotations, noisy edge captions and planted question structures."
-    if not isinstance(T, (int, np.integer)) or T < 50: raise ValueError(f"T must be an integer >= 50 frames, got {T!r}")
-    if not 0 <= rho_dom <= 1: raise ValueError(f"rho_dom must be a fraction in [0, 1], got {rho_dom}")
-    if dominant not in DOMINANT_STATE: raise ValueError(f"dominant must be one of {tuple(DOMINANT_STATE)}, got {dominant!r}")
-    if not 0 <= p_attr <= 1 or not 0 <= p_omit <= 1: raise ValueError(f"p_attr and p_omit must be probabilities, got {p_attr}, {p_omit}")
+    ("A synthetic long video with exact annotations, noisy edge captions and planted question "
+     "structures.")
+    if not isinstance(T, (int, np.integer)) or T < 50:
+        raise ValueError(f"T must be an integer >= 50 frames, got {T!r}")
+    if not 0 <= rho_dom <= 1:
+        raise ValueError(f"rho_dom must be a fraction in [0, 1], got {rho_dom}")
+    if dominant not in DOMINANT_STATE:
+        raise ValueError(f"dominant must be one of {tuple(DOMINANT_STATE)}, got {dominant!r}")
+    if not 0 <= p_attr <= 1 or not 0 <= p_omit <= 1:
+        raise ValueError(f"p_attr and p_omit must be probabilities, got {p_attr}, {p_omit}")
     bad = [f for f in families if f not in FAMILIES]
     if bad: raise ValueError(f"unknown families {bad}; valid: {FAMILIES}")
-    if not 0 <= n_per_family <= 10: raise ValueError(f"n_per_family must be in 0..10 (unique key events run out), got {n_per_family}")
+    if not 0 <= n_per_family <= 10:
+        raise ValueError(
+            f"n_per_family must be in 0..10 (unique key events run out), got {n_per_family}"
+        )
     if not 4 <= follow <= 60: raise ValueError(f"follow must be in 4..60 frames, got {follow}")
     plants, ev = _plant(int(T), families, n_per_family, follow, np.random.default_rng([seed, 0]))
     rb = np.random.default_rng([seed, 1])                              # background states
-    walk, walker, carry, carried = rb.random(T) < 0.2, rb.integers(0, 3, T), rb.random(T) < 0.5, rb.integers(0, len(SMALL), T)
+    walk, walker, carry, carried = (
+        rb.random(T) < 0.2, rb.integers(0, 3, T), rb.random(T) < 0.5, rb.integers(0, len(SMALL), T)
+    )
     dog, bus, bus_col = rb.random(T) < 0.15, rb.random(T) < 0.1, rb.integers(0, len(COLORS), T)
-    rd = np.random.default_rng([seed, 2])                              # the dominant distractor: its own stream
+    rd = np.random.default_rng([seed, 2])  # the dominant distractor: its own stream
     u_dom, dom_col = rd.random(T), rd.integers(0, len(COLORS), T)
     singles = {p["t"]: p["entity"] for p in plants if p["family"] == "F5"}
     anns, caps = [], []
     for t in range(T):
         ents = []
-        if walk[t]: ents.append(item("walks", PEOPLE[walker[t]], carried=SMALL[carried[t]] if carry[t] else None))
+        if walk[t]:
+            ents.append(
+                item("walks", PEOPLE[walker[t]], carried=SMALL[carried[t]] if carry[t] else None)
+            )
         if dog[t]: ents.append(item("rests", "dog"))
         if bus[t]: ents.append(item("waits", "bus", color=COLORS[bus_col[t]]))
         if t in singles: ents.append(singles[t])
         events = ev.get(t, [])
-        rf = np.random.default_rng([seed, 3, t])                       # wording and noise of this frame
+        rf = np.random.default_rng([seed, 3, t])  # wording and noise of this frame
         clauses = [render_clause(it, rf, p_attr, p_omit) for it in events + ents]
         clauses = [clauses[i] for i in rf.permutation(len(clauses))]
         if u_dom[t] < rho_dom:
-            dom = item(DOMINANT_STATE[dominant], dominant, color=COLORS[dom_col[t]] if dominant in COLORED else None)
-            rdt = np.random.default_rng([seed, 4, t])                  # the distractor's wording: its own stream
-            clauses.insert(int(rdt.integers(0, len(clauses) + 1)), render_clause(dom, rdt, p_attr, p_omit))
+            dom = item(
+                DOMINANT_STATE[dominant], dominant,
+                color=COLORS[dom_col[t]] if dominant in COLORED else None,
+            )
+            rdt = np.random.default_rng([seed, 4, t])  # the distractor's wording: its own stream
+            clauses.insert(
+                int(rdt.integers(0, len(clauses) + 1)), render_clause(dom, rdt, p_attr, p_omit)
+            )
             ents.append(dom)
         if not clauses: clauses = [EMPTY_CAPTIONS[int(rf.integers(len(EMPTY_CAPTIONS)))]]
         anns.append(FrameAnn(t, ents, list(events)))
@@ -359,28 +515,60 @@ class Question:
     family: str            # "F1" .. "F5"
     gold_plan: PlanDAG     # the plan a perfect planner writes
     gold_evidence: set     # frames the answer needs
-    program: list          # the steps the cloud reasoner executes (dicts aligned with the gold plan's nodes)
+    # the steps the cloud reasoner executes (dicts aligned with the gold plan's nodes)
+    program: list
     qid: str               # unique id: video seed, family, index
 
 def anchor_phrase(kind:str, person:str, obj:str|None=None)->str:
     "Canonical words of a key event, e.g. 'the man drops his keys'."
-    return {"drops": f"the {person} drops {POSS[person]} {obj}", "picks_up": f"the {person} picks up the {obj}",
-            "falls": f"the {person} falls", "waves": f"the {person} waves", "jumps": f"the {person} jumps"}[kind]
+    return {
+        "drops": f"the {person} drops {POSS[person]} {obj}",
+        "picks_up": f"the {person} picks up the {obj}", "falls": f"the {person} falls",
+        "waves": f"the {person} waves", "jumps": f"the {person} jumps",
+    }[kind]
 
-DOOR_PAST = {"opens": "opened the door", "closes": "closed the door", "knocks": "knocked on the door", "rings": "rang the doorbell"}
+DOOR_PAST = {
+    "opens": "opened the door", "closes": "closed the door", "knocks": "knocked on the door",
+    "rings": "rang the doorbell",
+}
 
 def _plan_f1(anchor:str, verb:str, rel:str)->PlanDAG:
-    return PlanDAG([PlanNode("n1", "LOCATE", anchor), PlanNode("n2", "LOCATE", f"a car {verb}", rel, ("n1",)),
-                    PlanNode("n3", "ATTRIBUTE", "the colour of the car", "AT", ("n2",))])
+    return PlanDAG(
+        [
+            PlanNode("n1", "LOCATE", anchor),
+            PlanNode("n2", "LOCATE", f"a car {verb}", rel, ("n1",)),
+            PlanNode("n3", "ATTRIBUTE", "the colour of the car", "AT", ("n2",)),
+        ]
+    )
 def _plan_f2(vehicle:str, color:str, crosser:str)->PlanDAG:
-    return PlanDAG([PlanNode("n1", "LOCATE", f"the {color} {vehicle} arrives"), PlanNode("n2", "LOCATE", f"the {color} {vehicle} leaves"),
-                    PlanNode("n3", "COUNT", f"a {crosser} crosses the street", "BETWEEN", ("n1", "n2"))])
+    return PlanDAG(
+        [
+            PlanNode("n1", "LOCATE", f"the {color} {vehicle} arrives"),
+            PlanNode("n2", "LOCATE", f"the {color} {vehicle} leaves"),
+            PlanNode("n3", "COUNT", f"a {crosser} crosses the street", "BETWEEN", ("n1", "n2")),
+        ]
+    )
 def _plan_f3(a:str, b:str)->PlanDAG:
-    return PlanDAG([PlanNode("n1", "LOCATE", a), PlanNode("n2", "LOCATE", b), PlanNode("n3", "ORDER", "which happened first", "NONE", ("n1", "n2"))])
+    return PlanDAG(
+        [
+            PlanNode("n1", "LOCATE", a), PlanNode("n2", "LOCATE", b),
+            PlanNode("n3", "ORDER", "which happened first", "NONE", ("n1", "n2")),
+        ]
+    )
 def _plan_f4(person:str, past:str)->PlanDAG:
-    return PlanDAG([PlanNode("n1", "LOCATE", f"the {person} {past}"), PlanNode("n2", "ATTRIBUTE", f"what the {person} carries", "AT", ("n1",))])
+    return PlanDAG(
+        [
+            PlanNode("n1", "LOCATE", f"the {person} {past}"),
+            PlanNode("n2", "ATTRIBUTE", f"what the {person} carries", "AT", ("n1",)),
+        ]
+    )
 def _plan_f5(obj:str)->PlanDAG:
-    return PlanDAG([PlanNode("n1", "LOCATE", f"the {obj}"), PlanNode("n2", "ATTRIBUTE", f"the colour of the {obj}", "AT", ("n1",))])
+    return PlanDAG(
+        [
+            PlanNode("n1", "LOCATE", f"the {obj}"),
+            PlanNode("n2", "ATTRIBUTE", f"the colour of the {obj}", "AT", ("n1",)),
+        ]
+    )
 
 # %% ../nbs/11_scope.ipynb #36e44d66
 def _colour_options(right:str, decoys:Sequence[str], rng)->list:
@@ -389,56 +577,130 @@ def _colour_options(right:str, decoys:Sequence[str], rng)->list:
 
 def generate_questions(video:SyntheticVideo,                 # from `generate_video`
                        families:Sequence[str]=FAMILIES,      # families to ask
-                       per_family:int|None=None,             # at most this many per family; None: every planted one
+                       # at most this many per family; None: every planted one
+                       per_family:int|None=None,
                        seed:int=0,                           # wording and option order
                       )->list[Question]:
-    "One question per planted structure, with options, gold plan, gold evidence and the cloud's program."
+    ("One question per planted structure, with options, gold plan, gold evidence and the cloud's "
+     "program.")
     bad = [f for f in families if f not in FAMILIES]
     if bad: raise ValueError(f"unknown families {bad}; valid: {FAMILIES}")
     rng, out, count = np.random.default_rng([video.seed, 5, seed]), [], {}
     pick_ = lambda xs: xs[int(rng.integers(len(xs)))]
     for p in video.plants:
         fam = p["family"]
-        if fam not in families or (per_family is not None and count.get(fam, 0) >= per_family): continue
+        if fam not in families or (per_family is not None and count.get(fam, 0) >= per_family):
+            continue
         i = count[fam] = count.get(fam, 0) + 1
         if fam == "F1":
             k, person, obj = p["anchor"]; a = anchor_phrase(k, person, obj)
             verb = "drives away" if p["rel"] == "AFTER" else "arrives"
-            adv = pick_(("right", "just", "immediately")) if p["rel"] == "AFTER" else pick_(("right", "just", "shortly"))
+            adv = (
+                pick_(("right", "just", "immediately"))
+                if p["rel"] == "AFTER"
+                else pick_(("right", "just", "shortly"))
+            )
             text = f"What colour is the car that {verb} {adv} {p['rel'].lower()} {a}?"
-            opts, plan, ev = _colour_options(p["color"], p["decoy_colors"], rng), _plan_f1(a, verb, p["rel"]), {p["t_anchor"], p["t_target"]}
-            prog = [dict(id="n1", op="LOCATE", match=dict(kind=k, subject=person, object=obj)),
-                    dict(id="n2", op="LOCATE", match=dict(kind=p["target"], subject="car"), rel=p["rel"], parent="n1", within=p["follow"]),
-                    dict(id="n3", op="ATTRIBUTE", parent="n2", attr="color")]
+            opts, plan, ev = (
+                _colour_options(p["color"], p["decoy_colors"], rng), _plan_f1(a, verb, p["rel"]),
+                {p["t_anchor"], p["t_target"]},
+            )
+            prog = [
+                dict(id="n1", op="LOCATE", match=dict(kind=k, subject=person, object=obj)),
+                dict(
+                    id="n2", op="LOCATE", match=dict(kind=p["target"], subject="car"), rel=p["rel"],
+                    parent="n1", within=p["follow"],
+                ),
+                dict(id="n3", op="ATTRIBUTE", parent="n2", attr="color"),
+            ]
         elif fam == "F2":
             v, c, x = p["vehicle"], p["color"], p["crosser"]
-            text = pick_((f"How many {PLURAL[x]} cross the street between the {c} {v} arriving and the {c} {v} leaving?",
-                          f"How many {PLURAL[x]} cross the street between the arrival and the departure of the {c} {v}?"))
-            opts, plan, ev = ["0", "1", "2", "3"], _plan_f2(v, c, x), {p["t1"], p["t2"], *p["t_cross"]}
-            prog = [dict(id="n1", op="LOCATE", match=dict(kind="arrives", subject=v, color=c)),
-                    dict(id="n2", op="LOCATE", match=dict(kind="leaves", subject=v, color=c)),
-                    dict(id="n3", op="COUNT", parents=("n1", "n2"), match=dict(kind="crosses", subject=x))]
+            text = pick_(
+                (
+                    (
+                        f"How many {PLURAL[x]} cross the street between the {c} {v} arriving and"
+                        f" the {c} {v} leaving?"
+                    ),
+                    (
+                        f"How many {PLURAL[x]} cross the street between the arrival and the"
+                        f" departure of the {c} {v}?"
+                    ),
+                )
+            )
+            opts, plan, ev = (
+                ["0", "1", "2", "3"], _plan_f2(v, c, x), {p["t1"], p["t2"], *p["t_cross"]}
+            )
+            prog = [
+                dict(id="n1", op="LOCATE", match=dict(kind="arrives", subject=v, color=c)),
+                dict(id="n2", op="LOCATE", match=dict(kind="leaves", subject=v, color=c)),
+                dict(
+                    id="n3", op="COUNT", parents=("n1", "n2"), match=dict(kind="crosses", subject=x)
+                ),
+            ]
         elif fam == "F3":
             a, b = anchor_phrase(*p["a"]), anchor_phrase(*p["b"])
-            text = pick_(("Which happened first: {} or {}?", "Which came first: {} or {}?", "What happened earlier: {} or {}?")).format(a, b)
-            opts, plan, ev = [a, b, "both at the same time", "neither happened"], _plan_f3(a, b), {p["t_a"], p["t_b"]}
-            prog = [dict(id="n1", op="LOCATE", match=dict(kind=p["a"][0], subject=p["a"][1], object=p["a"][2])),
-                    dict(id="n2", op="LOCATE", match=dict(kind=p["b"][0], subject=p["b"][1], object=p["b"][2])),
-                    dict(id="n3", op="ORDER", parents=("n1", "n2"))]
+            text = pick_(
+                (
+                    "Which happened first: {} or {}?", "Which came first: {} or {}?",
+                    "What happened earlier: {} or {}?",
+                )
+            ).format(a, b)
+            opts, plan, ev = (
+                [a, b, "both at the same time", "neither happened"], _plan_f3(a, b),
+                {p["t_a"], p["t_b"]},
+            )
+            prog = [
+                dict(
+                    id="n1", op="LOCATE",
+                    match=dict(kind=p["a"][0], subject=p["a"][1], object=p["a"][2]),
+                ),
+                dict(
+                    id="n2", op="LOCATE",
+                    match=dict(kind=p["b"][0], subject=p["b"][1], object=p["b"][2]),
+                ),
+                dict(id="n3", op="ORDER", parents=("n1", "n2")),
+            ]
         elif fam == "F4":
             person, past = p["person"], DOOR_PAST[p["kind"]]
-            text = pick_((f"What was the {person} who {past} carrying?", f"What was the {person} who {past} holding?",
-                          f"What did the {person} who {past} carry?"))
-            opts, plan, ev = [SMALL[j] for j in rng.permutation(len(SMALL))], _plan_f4(person, past), {p["t"]}
-            prog = [dict(id="n1", op="LOCATE", match=dict(kind=p["kind"], subject=person)), dict(id="n2", op="ATTRIBUTE", parent="n1", attr="carried")]
+            text = pick_(
+                (
+                    f"What was the {person} who {past} carrying?",
+                    f"What was the {person} who {past} holding?",
+                    f"What did the {person} who {past} carry?",
+                )
+            )
+            opts, plan, ev = (
+                [SMALL[j] for j in rng.permutation(len(SMALL))], _plan_f4(person, past), {p["t"]}
+            )
+            prog = [
+                dict(id="n1", op="LOCATE", match=dict(kind=p["kind"], subject=person)),
+                dict(id="n2", op="ATTRIBUTE", parent="n1", attr="carried"),
+            ]
         else:
-            text = pick_((f"What colour is the {p['obj']}?", f"What is the colour of the {p['obj']}?", f"Which colour does the {p['obj']} have?"))
+            text = pick_(
+                (
+                    f"What colour is the {p['obj']}?", f"What is the colour of the {p['obj']}?",
+                    f"Which colour does the {p['obj']} have?",
+                )
+            )
             opts, plan, ev = _colour_options(p["color"], [], rng), _plan_f5(p["obj"]), {p["t"]}
-            prog = [dict(id="n1", op="LOCATE", match=dict(subject=p["obj"])), dict(id="n2", op="ATTRIBUTE", parent="n1", attr="color")]
-        right = {"F1": p.get("color"), "F2": str(p.get("count")), "F4": p.get("carried"), "F5": p.get("color")}.get(fam)
-        if fam == "F3": right = opts[0] if p["t_a"] < p["t_b"] else opts[1]
-        else: opts = [opts[j] for j in rng.permutation(len(opts))] if fam != "F2" else opts
-        out.append(Question(text, opts, opts.index(right), fam, plan, set(ev), prog, f"s{video.seed}-{fam}-{i}"))
+            prog = [
+                dict(id="n1", op="LOCATE", match=dict(subject=p["obj"])),
+                dict(id="n2", op="ATTRIBUTE", parent="n1", attr="color"),
+            ]
+        right = {
+            "F1": p.get("color"), "F2": str(p.get("count")), "F4": p.get("carried"),
+            "F5": p.get("color"),
+        }.get(fam)
+        if fam == "F3":
+            right = opts[0] if p["t_a"] < p["t_b"] else opts[1]
+        else:
+            opts = [opts[j] for j in rng.permutation(len(opts))] if fam != "F2" else opts
+        out.append(
+            Question(
+                text, opts, opts.index(right), fam, plan, set(ev), prog, f"s{video.seed}-{fam}-{i}"
+            )
+        )
     return out
 
 # %% ../nbs/11_scope.ipynb #fa7e6237
@@ -450,16 +712,52 @@ class FlatPlanner:
         q = question.strip().replace("|", "/").replace("\n", " ")
         return PlanDAG([PlanNode("n1", "LOCATE", q), PlanNode("n2", "ANSWER", q, "AT", ("n1",))])
 
-def _norm(question:str)->str: return re.sub(r"\s+", " ", question.strip().rstrip("?").strip()).lower()
+
+def _norm(question: str) -> str:
+    return re.sub(r"\s+", " ", question.strip().rstrip("?").strip()).lower()
+
 
 _SINGULAR = {v: k for k, v in PLURAL.items()}
 _TEMPLATE_RX = [
-    ("F1", re.compile(r"what colour is the car that (drives away|arrives) (?:right|just|immediately|shortly) (after|before) (.+)")),
-    ("F2", re.compile(r"how many (\w+) cross the street between the (\w+) (\w+) arriving and the \2 \3 leaving")),
-    ("F2b", re.compile(r"how many (\w+) cross the street between the arrival and the departure of the (\w+) (\w+)")),
-    ("F3", re.compile(r"(?:which happened first|which came first|what happened earlier): (.+) or (.+)")),
-    ("F4", re.compile(r"what (?:was|did) the (man|woman|child) who (.+?) (?:carrying|holding|carry)")),
-    ("F5", re.compile(r"(?:what colour is the|what is the colour of the|which colour does the) (\w+)(?: have)?"))]
+    (
+        "F1",
+        re.compile(
+            r"what colour is the car that (drives away|arrives) (?:right|just|immediately|shortly)"
+            r" (after|before) (.+)"
+        ),
+    ),
+    (
+        "F2",
+        re.compile(
+            r"how many (\w+) cross the street between the (\w+) (\w+) arriving and the \2 \3"
+            r" leaving"
+        ),
+    ),
+    (
+        "F2b",
+        re.compile(
+            r"how many (\w+) cross the street between the arrival and the departure of the (\w+)"
+            r" (\w+)"
+        ),
+    ),
+    (
+        "F3",
+        re.compile(
+            r"(?:which happened first|which came first|what happened earlier): (.+) or (.+)"
+        ),
+    ),
+    (
+        "F4",
+        re.compile(r"what (?:was|did) the (man|woman|child) who (.+?) (?:carrying|holding|carry)"),
+    ),
+    (
+        "F5",
+        re.compile(
+            r"(?:what colour is the|what is the colour of the|which colour does the) (\w+)(?:"
+            r" have)?"
+        ),
+    ),
+]
 
 class TemplatePlanner:
     "Oracle planner: parses the generator's question grammar and returns the gold plan."
@@ -480,22 +778,40 @@ class TemplatePlanner:
         raise PlanError(f"not a question of the generator's grammar: {question!r}")
 
 # %% ../nbs/11_scope.ipynb #6f38571d
-_CONNECTIVES = [(c, "AFTER") for c in ("right after", "just after", "immediately after", "shortly after", "soon after", "after")] + \
-               [(c, "BEFORE") for c in ("right before", "just before", "shortly before", "soon before", "before")] + \
-               [("while", "AT"), ("when", "AT"), ("during", "AT")]
-_WH = re.compile(r"^(?:what colou?r (?:is|was|are|were|does|did) |what is the colou?r of |which colou?r (?:is|was|does|did) |"
-                 r"what (?:was|is|were|are|did|does|do) |which (?:one )?|who |where |how many |is there |are there |was there |"
-                 r"were there |did |does |is |are )")
+_CONNECTIVES = (
+    [
+        (c, "AFTER")
+        for c in (
+            "right after", "just after", "immediately after", "shortly after", "soon after", "after"
+        )
+    ]
+    + [
+        (c, "BEFORE")
+        for c in ("right before", "just before", "shortly before", "soon before", "before")
+    ]
+    + [("while", "AT"), ("when", "AT"), ("during", "AT")]
+)
+_WH = re.compile(
+    r"^(?:what colou?r (?:is|was|are|were|does|did) |what is the colou?r of |which colou?r"
+    r" (?:is|was|does|did) |"
+    r"what (?:was|is|were|are|did|does|do) |which (?:one )?|who |where |how many |is there |are"
+    r" there |was there |"
+    r"were there |did |does |is |are )"
+)
 _TAIL = re.compile(r" (?:carrying|holding|carry|hold|have|wearing|wear|doing|do)$")
 
 def _sink_op(clause:str)->str:
     if clause.startswith("how many"): return "COUNT"
-    if re.match(r"(?:what|which) colou?r|what is the colou?r|what (?:was|is|were|are|did|does)", clause): return "ATTRIBUTE"
+    if re.match(
+        r"(?:what|which) colou?r|what is the colou?r|what (?:was|is|were|are|did|does)", clause
+    ):
+        return "ATTRIBUTE"
     if re.match(r"(?:is|are|was|were) there|did |does |is |are ", clause): return "EXISTS"
     return "ANSWER"
 
 def _referent(clause:str)->str:
-    "The thing a wh-clause asks about: 'what colour is the car that drives away' -> 'the car drives away'."
+    ("The thing a wh-clause asks about: 'what colour is the car that drives away' -> 'the car "
+     "drives away'.")
     s = _TAIL.sub("", _WH.sub("", clause)).strip()
     s = re.sub(r" (?:that|who|which) ", " ", f" {s} ").strip()
     return s or clause
@@ -507,31 +823,57 @@ class HeuristicPlanner:
         "A plan from connectives and wh-words (no knowledge of the generator's templates)."
         q, N = _norm(question), PlanNode
         if not q: raise PlanError("empty question")
-        m = re.match(r"^(?:which|what) (?:\w+ )?(?:happened|came|occurred|happens|comes) (?:first|earlier|last|later)\b[:,]?\s*(.+)$", q)
+        m = re.match(
+            r"^(?:which|what) (?:\w+ )?(?:happened|came|occurred|happens|comes)"
+            r" (?:first|earlier|last|later)\b[:,]?\s*(.+)$",
+            q,
+        )
         if m and " or " in m.group(1):                                   # order of two events
             a, b = m.group(1).split(" or ", 1)
-            return PlanDAG([N("n1", "LOCATE", a.strip()), N("n2", "LOCATE", b.strip()), N("n3", "ORDER", q, "NONE", ("n1", "n2"))])
+            return PlanDAG(
+                [
+                    N("n1", "LOCATE", a.strip()),
+                    N("n2", "LOCATE", b.strip()),
+                    N("n3", "ORDER", q, "NONE", ("n1", "n2")),
+                ]
+            )
         m = re.match(r"^(.+?) between (.+?) and (.+)$", q)
-        if m:                                                            # a window between two events
+        if m:  # a window between two events
             head, a, b = m.groups()
-            if " of " in b and " of " not in a: a = f"{a} of {b.split(' of ', 1)[1]}"   # "the arrival and the departure of X"
+            # "the arrival and the departure of X"
+            if " of " in b and " of " not in a: a = f"{a} of {b.split(' of ', 1)[1]}"
             nodes = [N("n1", "LOCATE", a), N("n2", "LOCATE", b)]
-            if _sink_op(head) == "COUNT": return PlanDAG(nodes + [N("n3", "COUNT", _referent(head), "BETWEEN", ("n1", "n2"))])
-            return PlanDAG(nodes + [N("n3", "LOCATE", _referent(head), "BETWEEN", ("n1", "n2")), N("n4", _sink_op(head), head, "AT", ("n3",))])
-        for conn, rel in _CONNECTIVES:                                   # head clause + anchor clause
+            if _sink_op(head) == "COUNT":
+                return PlanDAG(nodes + [N("n3", "COUNT", _referent(head), "BETWEEN", ("n1", "n2"))])
+            return PlanDAG(
+                nodes
+                + [
+                    N("n3", "LOCATE", _referent(head), "BETWEEN", ("n1", "n2")),
+                    N("n4", _sink_op(head), head, "AT", ("n3",)),
+                ]
+            )
+        for conn, rel in _CONNECTIVES:  # head clause + anchor clause
             i = q.find(f" {conn} ")
             if i > 0:
                 head, anchor = q[:i], q[i + len(conn) + 2:]
                 if _sink_op(head) == "COUNT":
-                    return PlanDAG([N("n1", "LOCATE", anchor), N("n2", "COUNT", _referent(head), rel, ("n1",))])
-                return PlanDAG([N("n1", "LOCATE", anchor), N("n2", "LOCATE", _referent(head), rel, ("n1",)),
-                                N("n3", _sink_op(head), head, "AT", ("n2",))])
+                    return PlanDAG(
+                        [N("n1", "LOCATE", anchor), N("n2", "COUNT", _referent(head), rel, ("n1",))]
+                    )
+                return PlanDAG(
+                    [
+                        N("n1", "LOCATE", anchor),
+                        N("n2", "LOCATE", _referent(head), rel, ("n1",)),
+                        N("n3", _sink_op(head), head, "AT", ("n2",)),
+                    ]
+                )
         if _sink_op(q) == "COUNT": return PlanDAG([N("n1", "COUNT", _referent(q))])
         return PlanDAG([N("n1", "LOCATE", _referent(q)), N("n2", _sink_op(q), q, "AT", ("n1",))])
 
 # %% ../nbs/11_scope.ipynb #278b84d5
 def plan_signature(plan:PlanDAG)->tuple:
-    "Structure of a plan, independent of node names and wording: the sink's (op, rel, sorted parents' signatures), unfolded."
+    ("Structure of a plan, independent of node names and wording: the sink's (op, rel, sorted "
+     "parents' signatures), unfolded.")
     by = {n.id: n for n in plan.nodes}
     sig = lambda n: (n.op, n.rel, tuple(sorted(sig(by[p]) for p in n.parents)))
     return (len(plan.nodes), sig(plan.sink))
@@ -561,33 +903,53 @@ Question: {question}
 """
 
 class LLMPlanner:
-    "Planner that asks a local causal LM for the plan (few-shot), falling back to the flat plan when its answer is not a valid plan."
+    ("Planner that asks a local causal LM for the plan (few-shot), falling back to the flat plan "
+     "when its answer is not a valid plan.")
+
     name = "llm"
-    def __init__(self, model_path:str|None=None,  # a local model folder, a .gguf file, or None for SmolLM2-135M-Instruct
-                 gguf_file:str|None=None,         # a .gguf file name inside the `model_path` folder
-                 max_new_tokens:int=96,           # tokens of plan text per question
-                 device:str="cpu",                # where the LM runs
-                 batch_size:int=8,                # questions per generation batch
-                 generate_fn:Callable|None=None,  # optional backend: list of prompts -> list of answers (no model is loaded)
-                ):
-        if max_new_tokens < 1: raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    def __init__(
+        self,
+        model_path: (
+            str | None
+        ) = None,  # a local model folder, a .gguf file, or None for SmolLM2-135M-Instruct
+        gguf_file: str | None = None,  # a .gguf file name inside the `model_path` folder
+        max_new_tokens: int = 96,  # tokens of plan text per question
+        device: str = "cpu",  # where the LM runs
+        batch_size: int = 8,  # questions per generation batch
+        # optional backend: list of prompts -> list of answers (no model is loaded)
+        generate_fn: Callable | None = None,
+    ):
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if gguf_file is not None:
-            if model_path is None: raise ValueError("gguf_file needs model_path, the folder that holds it")
+            if model_path is None:
+                raise ValueError("gguf_file needs model_path, the folder that holds it")
             model_path = str(Path(model_path)/gguf_file)
-        self.max_new_tokens, self.batch_size, self.last_valid, self.last_raw = max_new_tokens, batch_size, None, None
+        self.max_new_tokens, self.batch_size, self.last_valid, self.last_raw = (
+            max_new_tokens, batch_size, None, None
+        )
         if generate_fn is None:
-            model, tok = load_causal_lm(model_path, device=device)    # raises FileNotFoundError for a bad path
-            generate_fn = lambda prompts: generate(model, tok, prompts, max_new_tokens=self.max_new_tokens,
-                                                   stop=["\n\n", "Question:"], batch_size=self.batch_size)
+            # raises FileNotFoundError for a bad path
+            model, tok = load_causal_lm(model_path, device=device)
+            generate_fn = lambda prompts: generate(
+                model,
+                tok,
+                prompts,
+                max_new_tokens=self.max_new_tokens,
+                stop=["\n\n", "Question:"],
+                batch_size=self.batch_size,
+            )
         self.generate_fn = generate_fn
 
     @staticmethod
     def parse(raw:str)->PlanDAG|None:
-        "The plan in an LM's answer (lines with five fields; a cut-off last line is dropped), or None if it is not a valid plan."
+        ("The plan in an LM's answer (lines with five fields; a cut-off last line is dropped), "
+         "or None if it is not a valid plan.")
         lines = [l for l in raw.splitlines() if l.count("|") == 4]
         try:
             plan = PlanDAG.from_lines("\n".join(lines)); plan.validate(); return plan
-        except PlanError: return None
+        except PlanError:
+            return None
 
     def plan_many(self, questions:Sequence[str])->list[tuple[PlanDAG, bool]]:
         "(plan, valid) for each question: the LM's plan when valid, else the flat plan."
@@ -613,30 +975,53 @@ def embed_cached(texts:Sequence[str],          # sentences
                  device:str="cpu",             # where the encoder runs
                  batch_size:int=64,            # sentences per batch
                 )->np.ndarray:                 # (n, d) unit rows
-    "`embed_texts` with a per-process cache: each distinct text is embedded once per encoder (shortest first, to pad little)."
+    ("`embed_texts` with a per-process cache: each distinct text is embedded once per encoder "
+     "(shortest first, to pad little).")
     cache = _EMB_CACHE.setdefault((str(model_path), str(device)), {})
     missing = sorted({t for t in texts if t not in cache}, key=lambda s: (len(s), s))
-    if missing: cache.update(zip(missing, embed_texts(missing, model_path=model_path, device=device, batch_size=batch_size)))
+    if missing:
+        cache.update(
+            zip(
+                missing,
+                embed_texts(missing, model_path=model_path, device=device, batch_size=batch_size),
+            )
+        )
     return np.stack([cache[t] for t in texts]) if len(texts) else np.zeros((0, 0), np.float32)
 
 class EdgeIndex:
-    "The edge's index of one video: a unit embedding per frame caption, scoring sub-queries by cosine similarity."
+    ("The edge's index of one video: a unit embedding per frame caption, scoring sub-queries by "
+     "cosine similarity.")
     def __init__(self, captions:Sequence[str],        # one caption per frame
-                 embedder:Callable|None=None,         # list of texts -> (n, d) array; None means MiniLM (cached)
+                 # list of texts -> (n, d) array; None means MiniLM (cached)
+                 embedder:Callable|None=None,
                  model_path:str|None=None,            # encoder folder for the default embedder
                  device:str="cpu"):
-        if isinstance(captions, str): raise TypeError("captions must be a list of strings (one per frame), not one string")
+        if isinstance(captions, str):
+            raise TypeError("captions must be a list of strings (one per frame), not one string")
         captions = list(captions)
-        if not captions: raise ValueError("captions is empty: an EdgeIndex needs one caption per frame")
+        if not captions:
+            raise ValueError("captions is empty: an EdgeIndex needs one caption per frame")
         bad = [i for i, c in enumerate(captions) if not isinstance(c, str)]
-        if bad: raise TypeError(f"captions must be strings; entry {bad[0]} is {type(captions[bad[0]]).__name__}")
+        if bad:
+            raise TypeError(
+                f"captions must be strings; entry {bad[0]} is {type(captions[bad[0]]).__name__}"
+            )
         self.captions, self._q = captions, {}
-        self._embed = embedder if embedder is not None else (lambda xs: embed_cached(xs, model_path, device))
+        self._embed = (
+            embedder if embedder is not None else (lambda xs: embed_cached(xs, model_path, device))
+        )
         E = np.asarray(self._embed(captions), dtype=np.float32)
-        if E.ndim != 2 or len(E) != len(captions): raise ValueError(f"the embedder returned shape {E.shape}, expected ({len(captions)}, d)")
-        self.E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)      # (T, d), unit rows
+        if E.ndim != 2 or len(E) != len(captions):
+            raise ValueError(
+                f"the embedder returned shape {E.shape}, expected ({len(captions)}, d)"
+            )
+
+        # (T, d), unit rows
+        self.E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
     @property
-    def T(self)->int: return len(self.captions)
+    def T(self) -> int:
+        return len(self.captions)
+
     def score(self, text:str)->np.ndarray:
         "Cosine similarity of `text` to every frame, (T,)."
         if text not in self._q:
@@ -649,7 +1034,8 @@ class EdgeIndex:
 class Evidence:
     "What the edge uploads for one plan, and why."
     frames: list    # U: uploaded frames, in the order they were added (at most the budget)
-    per_node: dict  # node id -> frames the node retrieved, best first (E_v; AT nodes inherit their parents')
+    # node id -> frames the node retrieved, best first (E_v; AT nodes inherit their parents')
+    per_node: dict
     path: dict      # node id -> path score g_v of each retrieved frame
     anchors: dict   # node id -> tau_v, its best retrieved frame, or None
     windows: dict   # node id -> its window W_v as (start, end) frame ranges, end exclusive
@@ -667,23 +1053,32 @@ class EdgeExecutor:
     "Runs an observation plan on an `EdgeIndex` and picks at most `budget` frames to upload."
     def __init__(self, budget:int,     # B: most frames uploaded
                  window:int=30,        # Delta of AFTER/BEFORE windows, frames
-                 nms:int=2,            # r_nms: a frame within this many frames of a kept one is skipped (0: off)
+                 # r_nms: a frame within this many frames of a kept one is skipped (0: off)
+                 nms:int=2,
                  kappa:float=0.3,      # COUNT nodes keep frames whose own cosine is at least this
-                 pairs:int=3):         # BETWEEN: the intervals of this many best pairs of parent frames
+                 pairs:int=3):  # BETWEEN: the intervals of this many best pairs of parent frames
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be an integer >= 1 frame, got {budget!r}")
-        if not isinstance(window, (int, np.integer)) or window < 1: raise ValueError(f"window must be an integer >= 1 frame, got {window!r}")
-        if not isinstance(nms, (int, np.integer)) or nms < 0: raise ValueError(f"nms must be an integer >= 0 frames, got {nms!r}")
-        if not -1 <= kappa <= 1: raise ValueError(f"kappa is a cosine threshold in [-1, 1], got {kappa}")
-        if not isinstance(pairs, (int, np.integer)) or pairs < 1: raise ValueError(f"pairs must be an integer >= 1, got {pairs!r}")
-        self.budget, self.window, self.nms, self.kappa, self.pairs = int(budget), int(window), int(nms), float(kappa), int(pairs)
+        if not isinstance(window, (int, np.integer)) or window < 1:
+            raise ValueError(f"window must be an integer >= 1 frame, got {window!r}")
+        if not isinstance(nms, (int, np.integer)) or nms < 0:
+            raise ValueError(f"nms must be an integer >= 0 frames, got {nms!r}")
+        if not -1 <= kappa <= 1:
+            raise ValueError(f"kappa is a cosine threshold in [-1, 1], got {kappa}")
+        if not isinstance(pairs, (int, np.integer)) or pairs < 1:
+            raise ValueError(f"pairs must be an integer >= 1, got {pairs!r}")
+        self.budget, self.window, self.nms, self.kappa, self.pairs = (
+            int(budget), int(window), int(nms), float(kappa), int(pairs)
+        )
 
     def allocate(self, plan:PlanDAG)->dict:
         "m_v for each retrieving node of `plan` (see the budget split above)."
         R = [n for n in plan.topo_order() if retrieves(n)]
-        counts, others, B, m = [n for n in R if n.op == "COUNT"], [n for n in R if n.op != "COUNT"], self.budget, {}
+        counts, others, B, m = (
+            [n for n in R if n.op == "COUNT"], [n for n in R if n.op != "COUNT"], self.budget, {}
+        )
         if counts and others:
-            half = max(len(others), (B + 1)//2)                  # the anchors' share, at least one frame each
+            half = max(len(others), (B + 1)//2)  # the anchors' share, at least one frame each
             for i, n in enumerate(others): m[n.id] = half//len(others) + (i < half % len(others))
             rest = max(0, B - half)
             for i, n in enumerate(counts): m[n.id] = rest//len(counts) + (i < rest % len(counts))
@@ -692,27 +1087,47 @@ class EdgeExecutor:
         return m
 
     def window_of(self, n:PlanNode, ev:Evidence, T:int)->tuple[np.ndarray, np.ndarray]:
-        "W_v as a boolean mask over the T frames, and the parents' part of the path score of each frame, (T,)."
+        ("W_v as a boolean mask over the T frames, and the parents' part of the path score of "
+         "each frame, (T,).")
         mask, prior = np.zeros(T, bool), np.zeros(T)
         if n.rel == "NONE" or not n.parents: mask[:] = True; return mask, prior
         if n.rel == "BETWEEN":
             (f1, g1), (f2, g2) = [(ev.per_node.get(p, []), ev.path.get(p, [])) for p in n.parents]
-            pairs = sorted({(min(a1, a2), max(a1, a2)): x1 + x2 for a1, x1 in zip(f1, g1) for a2, x2 in zip(f2, g2)
-                            if abs(a1 - a2) >= 2}.items(), key=lambda z: -z[1])    # best score of each interval, best first
+            pairs = sorted(
+                {
+                    (min(a1, a2), max(a1, a2)): x1 + x2
+                    for a1, x1 in zip(f1, g1)
+                    for a2, x2 in zip(f2, g2)
+                    # best score of each interval, best first
+                    if abs(a1 - a2) >= 2
+                }.items(),
+                key=lambda z: -z[1],
+            )
             for (lo, hi), g in pairs[:self.pairs]:
-                prior[lo + 1:hi] = np.where(mask[lo + 1:hi], np.maximum(prior[lo + 1:hi], g), g); mask[lo + 1:hi] = True
+                prior[lo + 1 : hi] = np.where(
+                    mask[lo + 1 : hi], np.maximum(prior[lo + 1 : hi], g), g
+                )
+                mask[lo + 1 : hi] = True
             return mask, prior
         for p in n.parents:
             for a, ga in zip(ev.per_node.get(p, []), ev.path.get(p, [])):
-                r = (slice(a, a + 1) if n.rel == "AT" else slice(a + 1, a + self.window + 1) if n.rel == "AFTER"
-                     else slice(max(0, a - self.window), a))
+                r = (
+                    slice(a, a + 1)
+                    if n.rel == "AT"
+                    else (
+                        slice(a + 1, a + self.window + 1)
+                        if n.rel == "AFTER"
+                        else slice(max(0, a - self.window), a)
+                    )
+                )
                 prior[r] = np.where(mask[r], np.maximum(prior[r], ga), ga); mask[r] = True
         return mask, prior
 
 # %% ../nbs/11_scope.ipynb #be8fbbe7
 @patch
 def run(self:EdgeExecutor, plan:PlanDAG, index:EdgeIndex)->Evidence:
-    "Execute `plan` node by node in topological order; return the frames to upload and each node's share."
+    ("Execute `plan` node by node in topological order; return the frames to upload and each "
+     "node's share.")
     plan.validate()
     T, B, alloc = index.T, self.budget, self.allocate(plan)
     ev, inU = Evidence([], {}, {}, {}, {}, alloc), np.zeros(T, bool)
@@ -735,7 +1150,8 @@ def run(self:EdgeExecutor, plan:PlanDAG, index:EdgeIndex)->Evidence:
             if len(picked) >= alloc[n.id]: break
             if blocked[t]: continue                            # temporal NMS
             if not inU[t]:
-                if len(ev.frames) >= B: continue               # budget spent: only frames already uploaded remain
+                # budget spent: only frames already uploaded remain
+                if len(ev.frames) >= B: continue
                 ev.frames.append(int(t)); inU[t] = True
             picked.append(int(t)); blocked[max(0, t - self.nms):t + self.nms + 1] = True
         ev.per_node[n.id], ev.path[n.id] = picked, [float(g[t]) for t in picked]
@@ -743,21 +1159,29 @@ def run(self:EdgeExecutor, plan:PlanDAG, index:EdgeIndex)->Evidence:
     return ev
 
 # %% ../nbs/11_scope.ipynb #c2961d1a
-def _match(it:dict, pattern:dict)->bool: return all(it.get(k) == v for k, v in pattern.items() if v is not None)
+def _match(it: dict, pattern: dict) -> bool:
+    return all(it.get(k) == v for k, v in pattern.items() if v is not None)
+
 
 class CloudReasoner:
-    "Symbolic executor of a question's gold program on the frames the cloud received (exact annotations)."
+    ("Symbolic executor of a question's gold program on the frames the cloud received (exact "
+     "annotations).")
     def execute(self, q:Question, frames:dict)->int|None:
         "Option index the evidence supports, or None when a step lacks its evidence."
         ts, env, found, value = sorted(frames), {}, {}, None
-        hits = lambda pattern, keep: [(t, it) for t in ts if keep(t) for it in frames[t].items if _match(it, pattern)]
+        hits = lambda pattern, keep: [
+            (t, it) for t in ts if keep(t) for it in frames[t].items if _match(it, pattern)
+        ]
         for st in q.program:
             op = st["op"]
             if op == "LOCATE":
                 rel, w = st.get("rel", "NONE"), st.get("within", 0)
                 tau = env.get(st.get("parent"))
                 if rel != "NONE" and tau is None: return None
-                keep = {"AFTER": lambda t: tau < t <= tau + w, "BEFORE": lambda t: tau - w <= t < tau}.get(rel, lambda t: True)
+                keep = {
+                    "AFTER": lambda t: tau < t <= tau + w,
+                    "BEFORE": lambda t: tau - w <= t < tau,
+                }.get(rel, lambda t: True)
                 h = hits(st["match"], keep)
                 if not h: return None
                 env[st["id"]], found[st["id"]] = h[-1] if rel == "BEFORE" else h[0]
@@ -776,7 +1200,8 @@ class CloudReasoner:
         return q.options.index(value) if value in q.options else None
 
     def answer(self, q:Question, frames:dict, rng:np.random.Generator)->tuple[int, bool]:
-        "(option index, abstained): the executed answer, or a uniform guess when the evidence is missing."
+        ("(option index, abstained): the executed answer, or a uniform guess when the evidence "
+         "is missing.")
         i = self.execute(q, frames)
         return (int(rng.integers(len(q.options))), True) if i is None else (i, False)
 
@@ -789,27 +1214,37 @@ def uniform_frames(T:int, B:int)->list:
     return sorted({int(x) for x in np.floor((np.arange(B) + 0.5)*T/B)})
 
 def strip_relations(plan:PlanDAG)->PlanDAG:
-    "The ablation: the same nodes, with AFTER/BEFORE/BETWEEN replaced by NONE (every node searches the whole video)."
-    return PlanDAG([replace(n, rel="NONE") if n.rel in ("AFTER", "BEFORE", "BETWEEN") else n for n in plan.nodes])
+    ("The ablation: the same nodes, with AFTER/BEFORE/BETWEEN replaced by NONE (every node "
+     "searches the whole video).")
+    return PlanDAG(
+        [
+            replace(n, rel="NONE") if n.rel in ("AFTER", "BEFORE", "BETWEEN") else n
+            for n in plan.nodes
+        ]
+    )
 
 def question_rng(q:Question, seed:int=0)->np.random.Generator:
     "The abstention guesses of question `q`, the same for every method."
     return np.random.default_rng([seed, zlib.crc32(q.qid.encode())])
 
 def safe_plan(planner, question:str)->tuple[PlanDAG, bool]:
-    "(plan, valid): the planner's plan, or the flat plan when it raises `PlanError` or returns an invalid plan."
+    ("(plan, valid): the planner's plan, or the flat plan when it raises `PlanError` or returns "
+     "an invalid plan.")
     try:
         p = planner.plan(question); p.validate()
         return p, bool(getattr(planner, "last_valid", True) is not False)
-    except PlanError: return FlatPlanner().plan(question), False
+    except PlanError:
+        return FlatPlanner().plan(question), False
 
 # %% ../nbs/11_scope.ipynb #ae17f3ab
 def run_method(name:str,                  # one of `METHODS`
-               video:SyntheticVideo,      # the video (its captions for the edge, its annotations for the cloud)
+               # the video (its captions for the edge, its annotations for the cloud)
+               video:SyntheticVideo,
                questions:Sequence[Question], # questions about this video
                budget:int=8,              # B, for scope, similarity_topk and cloud_uniform
                planner=None,              # scope's planner; None means TemplatePlanner
-               plans:Sequence|None=None,  # scope: precomputed (plan, valid) per question, instead of `planner`
+               # scope: precomputed (plan, valid) per question, instead of `planner`
+               plans:Sequence|None=None,
                index:EdgeIndex|None=None, # the video's edge index (built with `embedder` when None)
                window:int=30,             # Delta, frames
                nms:int=2,                 # r_nms, frames
@@ -818,22 +1253,33 @@ def run_method(name:str,                  # one of `METHODS`
                embedder:Callable|None=None, # for a new index; None means MiniLM
                seed:int=0,                # abstention guesses
               )->pd.DataFrame:            # one row per question
-    "Answer `questions` with one method; log correctness, frames and bytes uploaded, evidence recall and plan validity."
-    if name not in METHODS: raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}")
+    ("Answer `questions` with one method; log correctness, frames and bytes uploaded, evidence "
+     "recall and plan validity.")
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}")
     if name in ("scope", "similarity_topk", "cloud_uniform"):
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be an integer >= 1 frame, got {budget!r}")
-    if plans is not None and len(plans) != len(questions): raise ValueError(f"got {len(plans)} plans for {len(questions)} questions")
+    if plans is not None and len(plans) != len(questions):
+        raise ValueError(f"got {len(plans)} plans for {len(questions)} questions")
     T, cloud = video.T, CloudReasoner()
-    if name in ("scope", "similarity_topk") and index is None: index = EdgeIndex(video.edge_captions, embedder=embedder)
-    if name == "edge_only": edge_view = {t: FrameAnn(t, [], parse_caption(c)) for t, c in enumerate(video.edge_captions)}
+    if name in ("scope", "similarity_topk") and index is None:
+        index = EdgeIndex(video.edge_captions, embedder=embedder)
+    if name == "edge_only":
+        edge_view = {
+            t: FrameAnn(t, [], parse_caption(c)) for t, c in enumerate(video.edge_captions)
+        }
     planner = planner if planner is not None else TemplatePlanner()
     ex = EdgeExecutor(budget if name in ("scope", "similarity_topk") else 1, window, nms, kappa)
     rows = []
     for i, q in enumerate(questions):
         valid, text = True, 0
         if name in ("scope", "similarity_topk"):
-            plan, valid = (plans[i] if plans is not None else safe_plan(planner, q.text)) if name == "scope" else (FlatPlanner().plan(q.text), True)
+            plan, valid = (
+                (plans[i] if plans is not None else safe_plan(planner, q.text))
+                if name == "scope"
+                else (FlatPlanner().plan(q.text), True)
+            )
             U, text = ex.run(plan, index).frames, len(plan.to_lines().encode())
         elif name == "cloud_uniform": U = uniform_frames(T, budget)
         elif name == "cloud_all": U = list(range(T))
@@ -841,37 +1287,62 @@ def run_method(name:str,                  # one of `METHODS`
         else: U = []
         view = edge_view if name == "edge_only" else {t: video.anns[t] for t in U}
         choice, abstained = cloud.answer(q, view, question_rng(q, seed))
-        rows.append(dict(method=name, budget=int(budget) if name in ("scope", "similarity_topk", "cloud_uniform") else 0,
-                         video=video.seed, qid=q.qid, family=q.family, correct=float(choice == q.answer), abstained=abstained,
-                         frames=len(U), bytes=len(U)*b_frame + text, recall=len(set(U) & q.gold_evidence)/len(q.gold_evidence),
-                         plan_valid=valid))
+        rows.append(
+            dict(
+                method=name,
+                budget=int(budget) if name in ("scope", "similarity_topk", "cloud_uniform") else 0,
+                video=video.seed, qid=q.qid, family=q.family, correct=float(choice == q.answer),
+                abstained=abstained, frames=len(U), bytes=len(U) * b_frame + text,
+                recall=len(set(U) & q.gold_evidence) / len(q.gold_evidence), plan_valid=valid,
+            )
+        )
     return pd.DataFrame(rows)
 
 # %% ../nbs/11_scope.ipynb #afa7203b
-def pareto_table(df:pd.DataFrame,                     # rows of `run_method` (a `label` column, if any, names the variants)
-                 exclude:Sequence[str]=("gold_evidence",), # methods left out (oracles)
-                )->pd.DataFrame:                      # one row per (label, budget): frames, accuracy, on_front
-    "Mean frames uploaded and accuracy per method and budget, marking the points no other point dominates."
+def pareto_table(
+    df: pd.DataFrame,  # rows of `run_method` (a `label` column, if any, names the variants)
+    exclude: Sequence[str] = ("gold_evidence",),  # methods left out (oracles)
+) -> pd.DataFrame:  # one row per (label, budget): frames, accuracy, on_front
+    ("Mean frames uploaded and accuracy per method and budget, marking the points no other point "
+     "dominates.")
     key = "label" if "label" in df else "method"
-    t = (df[~df.method.isin(exclude)].groupby([key, "budget"], sort=False)
-         .agg(frames=("frames", "mean"), accuracy=("correct", "mean"), n=("correct", "size")).reset_index())
+    t = (
+        df[~df.method.isin(exclude)]
+        .groupby([key, "budget"], sort=False)
+        .agg(frames=("frames", "mean"), accuracy=("correct", "mean"), n=("correct", "size"))
+        .reset_index()
+    )
     f, a = t.frames.to_numpy(), t.accuracy.to_numpy()
-    dominated = [bool(((f <= f[i]) & (a >= a[i]) & ((f < f[i]) | (a > a[i]))).any()) for i in range(len(t))]
+    dominated = [
+        bool(((f <= f[i]) & (a >= a[i]) & ((f < f[i]) | (a > a[i]))).any()) for i in range(len(t))
+    ]
     return t.assign(on_front=[not d for d in dominated])
 
 # %% ../nbs/11_scope.ipynb #34ab881c
 def load_captions(path:str|Path)->list[str]:  # one caption per frame, in frame order
-    "Read per-frame captions: a .json list of strings (or {'captions': [...]}) or a text file with one caption per line."
+    ("Read per-frame captions: a .json list of strings (or {'captions': [...]}) or a text file "
+     "with one caption per line.")
     p = Path(path).expanduser()
-    if not p.is_file(): raise FileNotFoundError(f"captions file {str(p)!r} does not exist; pass a .txt (one caption per line) or .json list")
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"captions file {str(p)!r} does not exist; pass a .txt (one caption per line) or .json"
+            " list"
+        )
     if p.suffix.lower() == ".json":
         data = json.loads(p.read_text(encoding="utf-8"))
         if isinstance(data, dict): data = data.get("captions")
-        if not isinstance(data, list): raise ValueError(f"{p.name}: expected a JSON list of captions or an object with a 'captions' list")
+        if not isinstance(data, list):
+            raise ValueError(
+                f"{p.name}: expected a JSON list of captions or an object with a 'captions' list"
+            )
         bad = [i for i, c in enumerate(data) if not isinstance(c, str)]
-        if bad: raise TypeError(f"{p.name}: caption {bad[0]} is {type(data[bad[0]]).__name__}, expected a string")
+        if bad:
+            raise TypeError(
+                f"{p.name}: caption {bad[0]} is {type(data[bad[0]]).__name__}, expected a string"
+            )
         caps = data
-    else: caps = p.read_text(encoding="utf-8").splitlines()
+    else:
+        caps = p.read_text(encoding="utf-8").splitlines()
     while caps and not caps[-1].strip(): caps = caps[:-1]
     if not caps: raise ValueError(f"{p.name} holds no captions")
     return [c.strip() for c in caps]
