@@ -42,18 +42,24 @@ def _splitmix64(z:int)->int:
 
 def tensor_seed(seed:int,                # member seed s_i
                 j:int,                   # index of the parameter tensor in `named_parameters()`
-                official_seeding:bool=False, # True: the same seed for every tensor, as the official code does
+                # True: the same seed for every tensor, as the official code does
+                official_seeding:bool=False,
                )->int:                   # the seed of tensor j's generator
     "Seed of the generator that draws the noise of tensor `j` of member `seed`."
     if official_seeding: return int(seed)
-    return _splitmix64((_splitmix64(int(seed)) + int(j)) & _M64) >> 1   # 63 bits, mixed in both arguments
+    # 63 bits, mixed in both arguments
+    return _splitmix64((_splitmix64(int(seed)) + int(j)) & _M64) >> 1
 
 class NoiseTable:
-    "One shared table of N(0, 1) numbers; member `seed` reads its noise at an offset set by the seed."
-    def __init__(self, model:nn.Module,  # the network whose parameters (sizes, order) the table covers
-                 slack:int=2**24,        # number of distinct offsets, i.e. of distinct members
-                 seed:int=0,             # seed of the table
-                 device:str|None="cpu"): # where the table lives
+    ("One shared table of N(0, 1) numbers; member `seed` reads its noise at an offset set by the "
+     "seed.")
+    def __init__(
+        self,
+        model: nn.Module,  # the network whose parameters (sizes, order) the table covers
+        slack: int = 2**24,  # number of distinct offsets, i.e. of distinct members
+        seed: int = 0,  # seed of the table
+        device: str | None = "cpu",
+    ):  # where the table lives
         if slack < 1: raise ValueError(f"slack must be >= 1, got {slack}")
         self.offsets = np.cumsum([0] + [p.numel() for p in model.parameters()]).tolist()
         self.slack = int(slack)
@@ -67,20 +73,26 @@ class NoiseTable:
     def eps(self, p:Tensor, seed:int, j:int)->Tensor:
         "Read-only view of the noise of tensor `j` (shaped like `p`) of member `seed`."
         n = self.offsets[j + 1] - self.offsets[j] if j + 1 < len(self.offsets) else -1
-        if n != p.numel(): raise ValueError(f"tensor {j} has {p.numel()} numbers, the table expects {n}: "
-                                            "build the NoiseTable from this same model")
+        if n != p.numel():
+            raise ValueError(
+                f"tensor {j} has {p.numel()} numbers, the table expects {n}: "
+                "build the NoiseTable from this same model"
+            )
         o = self.offset(seed) + self.offsets[j]
         return self.table[o:o + n].view(p.shape)
 
-def param_noise(p:Tensor,                # the parameter whose shape, dtype and device the noise takes
+def param_noise(p:Tensor,  # the parameter whose shape, dtype and device the noise takes
                 seed:int,                # member seed s_i
                 j:int,                   # index of `p` in `named_parameters()`
                 official_seeding:bool=False, # reproduce the official per-tensor re-seeding
-                noise_device:str|None="cpu", # where to draw; None draws on p's device (fast on a GPU)
-                noise_table:NoiseTable|None=None, # read the noise from this table instead of drawing it
-               )->Tensor:                # epsilon for this tensor, N(0, 1), shaped like p (do not modify it)
+                # where to draw; None draws on p's device (fast on a GPU)
+                noise_device:str|None="cpu",
+                # read the noise from this table instead of drawing it
+                noise_table:NoiseTable|None=None,
+               )->Tensor:  # epsilon for this tensor, N(0, 1), shaped like p (do not modify it)
     "Unit Gaussian noise $\\varepsilon_{i,j}$ of parameter tensor `j` of member `seed` (Eq. 1)."
-    if noise_table is not None: return noise_table.eps(p, seed, j).to(device=p.device, dtype=p.dtype)
+    if noise_table is not None:
+        return noise_table.eps(p, seed, j).to(device=p.device, dtype=p.dtype)
     gdev = p.device if noise_device is None else torch.device(noise_device)
     g = torch.Generator(device=gdev).manual_seed(tensor_seed(seed, j, official_seeding))
     eps = torch.randn(p.shape, generator=g, device=gdev, dtype=torch.float32)
@@ -103,8 +115,10 @@ def restore_(model:nn.Module,            # the network to reset, in place
     params = dict(model.named_parameters())
     if params.keys() != base_state.keys():
         missing, extra = params.keys() - base_state.keys(), base_state.keys() - params.keys()
-        raise ValueError(f"base_state does not match the model (missing {sorted(missing)[:3]}, "
-                         f"unexpected {sorted(extra)[:3]}): pass snapshot(model) of this same model")
+        raise ValueError(
+            f"base_state does not match the model (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(extra)[:3]}): pass snapshot(model) of this same model"
+        )
     for k, p in params.items(): p.copy_(base_state[k])
     return model
 
@@ -112,12 +126,17 @@ def restore_(model:nn.Module,            # the network to reset, in place
 def perturb_(model:nn.Module,            # the network to perturb, in place
              seed:int,                   # member seed s_i
              sigma:float,                # noise scale sigma_i >= 0
-             official_seeding:bool=False, # True: same generator seed for every tensor (official quirk)
-             skip_prefixes:Sequence[str]=("visual.", "model.visual."), # left unperturbed (the vision tower)
-             noise_device:str|None="cpu", # where the noise is drawn; None: on each parameter's device
-             noise_table:NoiseTable|None=None, # read the noise from this table instead of drawing it
+             # True: same generator seed for every tensor (official quirk)
+             official_seeding:bool=False,
+             # left unperturbed (the vision tower)
+             skip_prefixes:Sequence[str]=("visual.", "model.visual."),
+             # where the noise is drawn; None: on each parameter's device
+             noise_device:str|None="cpu",
+             # read the noise from this table instead of drawing it
+             noise_table:NoiseTable|None=None,
             )->nn.Module:
-    "Apply $\\theta \\leftarrow \\theta + \\sigma\\,\\varepsilon$ (Eq. 1) to every parameter of `model`."
+    ("Apply $\\theta \\leftarrow \\theta + \\sigma\\,\\varepsilon$ (Eq. 1) to every parameter of "
+     "`model`.")
     _check_sigma(sigma)
     if sigma == 0: return model
     for j, (name, p) in enumerate(model.named_parameters()):
@@ -129,13 +148,16 @@ def perturb_(model:nn.Module,            # the network to perturb, in place
 def sample_population(N:int,                  # population size
                       sigmas:Sequence[float], # the sigma list; each member draws one uniformly
                       seed:int=42,            # global seed (official default 42)
-                      balanced:bool=False,    # True: member i gets sigmas[i mod len(sigmas)] (equal counts)
+                      # True: member i gets sigmas[i mod len(sigmas)] (equal counts)
+                      balanced:bool=False,
                      )->tuple[np.ndarray, np.ndarray]: # seeds (N,) int64 and sigmas (N,) float64
-    "Step 1: `N` distinct member seeds in $[0, 2^{31})$ and a $\\sigma_i$ per member (as `randopt.py`)."
+    ("Step 1: `N` distinct member seeds in $[0, 2^{31})$ and a $\\sigma_i$ per member (as "
+     "`randopt.py`).")
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an integer >= 1, got {N!r}")
     sigmas = np.asarray(sigmas, dtype=float).ravel()
-    if sigmas.size == 0: raise ValueError("sigmas is empty: pass at least one noise scale, e.g. [1e-3]")
+    if sigmas.size == 0:
+        raise ValueError("sigmas is empty: pass at least one noise scale, e.g. [1e-3]")
     for s in sigmas: _check_sigma(s)
     rng = np.random.default_rng(seed)
     seeds = rng.choice(2**31, size=int(N), replace=False).astype(np.int64)
@@ -151,21 +173,22 @@ def _check_items(items, name:str):
 
 def evaluate_population(model:nn.Module,     # the base network theta_0 (restored after each member)
                         population:Sequence[tuple[int, float]], # (seed, sigma) pairs
-                        items,                # what `predict` takes: a list of items, Curves, a ChoiceTask
+                        items,  # what `predict` takes: a list of items, Curves, a ChoiceTask
                         predict:Callable,     # predict(model, items) -> predictions of one network
                         official_seeding:bool=False, # passed to `perturb_`
                         noise_device:str|None="cpu", # passed to `perturb_`
                         desc:str|None=None,   # progress-bar label
                         noise_table:NoiseTable|None=None, # passed to `perturb_`
                        )->Iterator:           # the predictions of each member, in population order
-    "Step 2: yield `predict(theta_0 + sigma_i eps_i, items)` per member, restoring $\\theta_0$ after each."
+    ("Step 2: yield `predict(theta_0 + sigma_i eps_i, items)` per member, restoring $\\theta_0$ "
+     "after each.")
     base = snapshot(model)
     try:
         for s, sig in progress(population, desc=desc, leave=False):
             perturb_(model, s, sig, official_seeding=official_seeding, noise_device=noise_device,
                      noise_table=noise_table)
             pred = predict(model, items)
-            restore_(model, base)                          # restored before the caller sees the prediction
+            restore_(model, base)  # restored before the caller sees the prediction
             yield pred
     finally: restore_(model, base)
 
@@ -180,23 +203,27 @@ class Candidate:
 def select_top_k(rewards:Sequence[float], # R_i of each member, in sampling order
                  K:int|None=None,         # how many to keep; None keeps all, ranked
                 )->np.ndarray:            # indices of the K best members, best first
-    "Step 3: indices of the `K` highest rewards, best first; ties keep sampling order; NaN ranks last."
+    ("Step 3: indices of the `K` highest rewards, best first; ties keep sampling order; NaN ranks "
+     "last.")
     r = np.asarray(rewards, dtype=float)
     if r.ndim != 1 or r.size == 0:
         raise ValueError(f"rewards must be a non-empty 1-D sequence, got shape {r.shape}")
     K = r.size if K is None else int(K)
     if not 1 <= K <= r.size:
         raise ValueError(f"K must be between 1 and N={r.size} (the population size), got {K}")
-    key = np.where(np.isnan(r), np.inf, -r)               # descending reward; NaN (a diverged member) last
+    key = np.where(np.isnan(r), np.inf, -r)  # descending reward; NaN (a diverged member) last
     return np.argsort(key, kind="stable")[:K]
 
 def select_members(rewards:Sequence[float], # R_i of each member, in sampling order
                    sigmas:Sequence[float],  # sigma_i of each member
                    K:int,                   # ensemble size that the sigma is picked for (Eq. 2b)
-                   pick_sigma:bool=False,   # True: rank within the sigma of Eq. 2b; False: the whole pool
+                   # True: rank within the sigma of Eq. 2b; False: the whole pool
+                   pick_sigma:bool=False,
                    n:int|None=None,         # budget: only the first n members count (None: all)
-                  )->tuple[np.ndarray, float|None]: # ranked indices (all eligible members), sigma* (or None)
-    "Step 3 at budget `n`: rank the pool, or the members of the $\\sigma$ whose top `K` train best (Eq. 2b)."
+                  # ranked indices (all eligible members), sigma* (or None)
+                  )->tuple[np.ndarray, float|None]:
+    ("Step 3 at budget `n`: rank the pool, or the members of the $\\sigma$ whose top `K` train "
+     "best (Eq. 2b).")
     R, sg = np.asarray(rewards, dtype=float), np.asarray(sigmas, dtype=float)
     if R.shape != sg.shape or R.ndim != 1:
         raise ValueError(f"rewards {R.shape} and sigmas {sg.shape} must be equal 1-D")
@@ -213,16 +240,21 @@ def select_members(rewards:Sequence[float], # R_i of each member, in sampling or
         ranked = idx[select_top_k(R[idx])]
         score = R[ranked[:K]].mean()                       # Eq. 2b; NaN never wins
         if score > best: best, star, order = score, float(s), ranked
-    if star is None: raise ValueError(f"no sigma has K={K} members among the first {n} without NaN rewards: "
-                                      "raise the budget or lower K")
+    if star is None:
+        raise ValueError(
+            f"no sigma has K={K} members among the first {n} without NaN rewards: "
+            "raise the budget or lower K"
+        )
     return order, star
 
 # %% ../nbs/17_thickets.ipynb #dc88d643
 def _valid(a)->bool: return a is not None and not (isinstance(a, str) and a == "")
 
-def majority_vote(answers:Sequence[Sequence], # answers[k][i]: member k's answer to item i (None, "": invalid)
-                 )->list:                     # the voted answer per item (None: no valid answer)
-    "Step 4 (Eq. 3): per item, the most common valid answer; ties go to the better-ranked member's answer."
+def majority_vote(
+    answers: Sequence[Sequence],  # answers[k][i]: member k's answer to item i (None, "": invalid)
+) -> list:  # the voted answer per item (None: no valid answer)
+    ("Step 4 (Eq. 3): per item, the most common valid answer; ties go to the better-ranked "
+     "member's answer.")
     if len(answers) == 0:
         raise ValueError("answers is empty: pass the answers of at least one member, answers[k][i]")
     n = len(answers[0])
@@ -232,35 +264,42 @@ def majority_vote(answers:Sequence[Sequence], # answers[k][i]: member k's answer
     out = []
     for i in range(n):
         votes = Counter(a[i] for a in answers if _valid(a[i]))   # insertion order = rank order
-        out.append(max(votes, key=votes.__getitem__) if votes else None)  # max keeps the first of ties
+        # max keeps the first of ties
+        out.append(max(votes, key=votes.__getitem__) if votes else None)
     return out
 
 def mean_ensemble(preds:Sequence[Tensor], # the K members' predictions, each (n, ...)
                  )->Tensor:               # their mean, (n, ...)
     "Step 4 for regression: average the members' predictions."
-    if len(preds) == 0: raise ValueError("preds is empty: pass the predictions of at least one member")
+    if len(preds) == 0:
+        raise ValueError("preds is empty: pass the predictions of at least one member")
     return torch.stack([torch.as_tensor(p) for p in preds]).mean(0)
 
 # %% ../nbs/17_thickets.ipynb #53bee18e
 def randopt(model:nn.Module,            # pretrained network theta_0 (left unchanged)
-            predict:Callable,           # predict(model, items) -> predictions (answers list, or a tensor)
-            reward:Callable,            # reward(preds, items) -> per-item reward array (n,), higher is better
+            predict:Callable,  # predict(model, items) -> predictions (answers list, or a tensor)
+            reward:Callable,  # reward(preds, items) -> per-item reward array (n,), higher is better
             train,                      # selection items D_train (official: 200)
             test,                       # held-out items
             N:int=30,                   # population size (randopt.py default 30; paper script 5000)
-            sigmas:Sequence[float]=(1e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2), # randopt.py default sigma list
+            # randopt.py default sigma list
+            sigmas:Sequence[float]=(1e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2),
             top_k:int|Sequence[int]=(1, 3), # ensemble sizes K to report (each <= N)
             seed:int=42,                # global seed of seeds and sigmas (official 42)
             ensemble:str="vote",        # "vote" (Eq. 3) or "mean" (regression)
-            evaluator:Callable|None=None, # evaluator(model, population, items) -> member predictions
+            # evaluator(model, population, items) -> member predictions
+            evaluator:Callable|None=None,
             official_seeding:bool=False, # official per-tensor re-seeding quirk
             noise_device:str|None="cpu", # where noise is drawn (None: each parameter's device)
             noise_table:NoiseTable|None=None, # read the noise from a shared table (None: draw it)
-            pick_sigma:bool=False,      # False: top-K of the mixed pool (official); True: of Eq. 2b's sigma
+            # False: top-K of the mixed pool (official); True: of Eq. 2b's sigma
+            pick_sigma:bool=False,
             balanced:bool=False,        # equal member counts per sigma (see `sample_population`)
-            budgets:Sequence[int]=(),   # smaller population sizes also reported (prefixes of the population)
+            # smaller population sizes also reported (prefixes of the population)
+            budgets:Sequence[int]=(),
            )->dict:
-    "RandOpt: sample `N` perturbations, score them on `train`, ensemble the top-K on `test` (steps 1-5)."
+    ("RandOpt: sample `N` perturbations, score them on `train`, ensemble the top-K on `test` "
+     "(steps 1-5).")
     _check_items(train, "train"); _check_items(test, "test")
     if ensemble not in ("vote", "mean"):
         raise ValueError(f"ensemble must be 'vote' or 'mean', got {ensemble!r}")
@@ -268,7 +307,9 @@ def randopt(model:nn.Module,            # pretrained network theta_0 (left uncha
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be an integer >= 1, got {N!r}")
     if ks[0] < 1 or ks[-1] > N:
-        raise ValueError(f"every K in top_k must be between 1 and N={N}, got {ks}: raise N or lower K")
+        raise ValueError(
+            f"every K in top_k must be between 1 and N={N}, got {ks}: raise N or lower K"
+        )
     ns = sorted({int(N)} | {int(b) for b in budgets})
     if ns[0] < ks[-1] or ns[-1] > N:
         raise ValueError(f"every budget must be between max(top_k)={ks[-1]} and N={N}, got {ns}")
@@ -283,14 +324,17 @@ def randopt(model:nn.Module,            # pretrained network theta_0 (left uncha
     for p in ev(model, pop, train, desc="score members", **kw):                     # step 2
         R_items.append(score(p, train))
         if ensemble == "vote": changed.append(float(np.mean([a != b for a, b in zip(p, p0_train)])))
-    R_items = np.stack(R_items); R = R_items.mean(1)                       # Eq. 2: (N, n_train) -> (N,)
-    sel = {n: select_members(R, sig, ks[-1], pick_sigma, n) for n in ns}             # step 3, at each budget
+    R_items = np.stack(R_items); R = R_items.mean(1)  # Eq. 2: (N, n_train) -> (N,)
+    sel = {n: select_members(R, sig, ks[-1], pick_sigma, n) for n in ns}  # step 3, at each budget
     order, star = sel[int(N)]
-    unsel = (np.flatnonzero(sig == star) if pick_sigma else np.arange(N))[:ks[-1]]   # K members, no selection
-    need = list(dict.fromkeys([i for o, _ in sel.values() for i in o[:ks[-1]].tolist()] + unsel.tolist()))
+    # K members, no selection
+    unsel = (np.flatnonzero(sig == star) if pick_sigma else np.arange(N))[:ks[-1]]
+    need = list(
+        dict.fromkeys([i for o, _ in sel.values() for i in o[: ks[-1]].tolist()] + unsel.tolist())
+    )
     preds = dict(zip(need, ev(model, [pop[i] for i in need], test, desc="top-K on test", **kw)))
     combine = majority_vote if ensemble == "vote" else mean_ensemble                  # step 4
-    ens = lambda idx: score(combine([preds[i] for i in idx]), test)                   # per-item scores
+    ens = lambda idx: score(combine([preds[i] for i in idx]), test)  # per-item scores
     budget = {}
     for n, (o, s) in sel.items():
         items = {K: ens(o[:K]) for K in ks}
@@ -301,17 +345,31 @@ def randopt(model:nn.Module,            # pretrained network theta_0 (left uncha
     sigma_mean = {float(s): float(R[sig == s].mean()) for s in np.unique(sig)}      # step 5
     ranked = select_top_k(R)
     full = budget[int(N)]
-    return dict(base_train=float(base_train.mean()), base_test=float(base_test.mean()),
-                base_test_items=base_test,
-                base_train_items=base_train, order=order, sigma_star=star, seeds=seeds, sigmas=sig, rewards=R,
-                candidates=[Candidate(int(seeds[i]), float(sig[i]), float(R[i])) for i in ranked],
-                train_item_rewards=R_items, changed=np.array(changed) if ensemble == "vote" else None,
-                ensemble_test=full["ensemble_test"], ensemble_test_items=full["ensemble_test_items"],
-                budget=budget, member_test=member_test, top1_test=float(member_test[0]),
-                unselected=unsel, unselected_test_items=unsel_items,
-                unselected_test={K: float(v.mean()) for K, v in unsel_items.items()},
-                sigma_mean=sigma_mean, best_sigma=max(sigma_mean, key=sigma_mean.get),
-                test_preds=[preds[i] for i in order[:ks[-1]]])
+    return dict(
+        base_train=float(base_train.mean()),
+        base_test=float(base_test.mean()),
+        base_test_items=base_test,
+        base_train_items=base_train,
+        order=order,
+        sigma_star=star,
+        seeds=seeds,
+        sigmas=sig,
+        rewards=R,
+        candidates=[Candidate(int(seeds[i]), float(sig[i]), float(R[i])) for i in ranked],
+        train_item_rewards=R_items,
+        changed=np.array(changed) if ensemble == "vote" else None,
+        ensemble_test=full["ensemble_test"],
+        ensemble_test_items=full["ensemble_test_items"],
+        budget=budget,
+        member_test=member_test,
+        top1_test=float(member_test[0]),
+        unselected=unsel,
+        unselected_test_items=unsel_items,
+        unselected_test={K: float(v.mean()) for K, v in unsel_items.items()},
+        sigma_mean=sigma_mean,
+        best_sigma=max(sigma_mean, key=sigma_mean.get),
+        test_preds=[preds[i] for i in order[: ks[-1]]],
+    )
 
 # %% ../nbs/17_thickets.ipynb #77864481
 def expert_density(rewards:Sequence[float], # R_i of random perturbations at one sigma
@@ -320,17 +378,21 @@ def expert_density(rewards:Sequence[float], # R_i of random perturbations at one
                   )->float:                 # fraction in [0, 1]
     "Eq. 4: fraction of perturbations whose reward is at least `base + margin`."
     r = np.asarray(rewards, dtype=float).ravel()
-    if r.size == 0: raise ValueError("rewards is empty: pass the rewards of at least one perturbation")
+    if r.size == 0:
+        raise ValueError("rewards is empty: pass the rewards of at least one perturbation")
     if not np.isfinite(margin) or margin < 0:
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     return float(np.mean(r >= base + margin))
 
-def specialization_index(delta:np.ndarray, # (P, n): reward change of each of P members on each of n items
-                        )->float:          # in [0, 1); 0 = one shared direction of improvement
+def specialization_index(
+    delta: np.ndarray,  # (P, n): reward change of each of P members on each of n items
+) -> float:  # in [0, 1); 0 = one shared direction of improvement
     "Eq. 5 (ours): $1 - s_1^2/\\sum_j s_j^2$ of the column-centred member-by-item delta matrix."
     M = np.asarray(delta, dtype=float)
     if M.ndim != 2 or min(M.shape) < 2:
-        raise ValueError(f"delta must be a (members, items) matrix, at least 2 of each, got shape {M.shape}")
+        raise ValueError(
+            f"delta must be a (members, items) matrix, at least 2 of each, got shape {M.shape}"
+        )
     s = np.linalg.svd(M - M.mean(0, keepdims=True), compute_uv=False)
     tot = float((s**2).sum())
     return 0.0 if tot <= 1e-300 else float(1 - s[0]**2/tot)
@@ -346,10 +408,13 @@ def es_update_(model:nn.Module,          # network theta, updated in place
                skip_prefixes:Sequence[str]=("visual.", "model.visual."),
                noise_table:NoiseTable|None=None, # as in `perturb_`
               )->nn.Module:
-    "Eq. 6: $\\theta \\leftarrow \\theta + \\frac{\\alpha}{P}\\sum_n z_n \\varepsilon_n$, in fp32 per tensor."
+    ("Eq. 6: $\\theta \\leftarrow \\theta + \\frac{\\alpha}{P}\\sum_n z_n \\varepsilon_n$, in fp32"
+     " per tensor.")
     if len(seeds) != len(coeffs) or len(seeds) == 0:
-        raise ValueError(f"need one coefficient per seed (and at least one): got {len(seeds)} seeds, "
-                         f"{len(coeffs)} coeffs")
+        raise ValueError(
+            f"need one coefficient per seed (and at least one): got {len(seeds)} seeds, "
+            f"{len(coeffs)} coeffs"
+        )
     P = len(seeds)
     for j, (name, p) in enumerate(model.named_parameters()):
         if name.startswith(tuple(skip_prefixes)): continue
@@ -373,24 +438,28 @@ def es_finetune(model:nn.Module,         # network theta_0, fine-tuned in place
                 official_seeding:bool=False,
                 noise_device:str|None="cpu",
                 noise_table:NoiseTable|None=None, # as in `perturb_`
-               )->dict:                  # the population's mean reward per step, the number of evaluations
+               )->dict:  # the population's mean reward per step, the number of evaluations
     "Evolution strategies (Eq. 6) for `iterations` steps of `population` perturbations each."
     _check_items(train, "train"); _check_sigma(sigma)
-    if population < 2: raise ValueError(f"population must be >= 2 to z-score rewards, got {population}")
+    if population < 2:
+        raise ValueError(f"population must be >= 2 to z-score rewards, got {population}")
     if iterations < 1: raise ValueError(f"iterations must be >= 1, got {iterations}")
     kw = dict(official_seeding=official_seeding, noise_device=noise_device, noise_table=noise_table)
     ev = evaluator or (lambda m, pop, items, **k: evaluate_population(m, pop, items, predict, **k))
     rng, hist = np.random.default_rng(seed), []
     for t in progress(range(iterations), desc="ES", leave=False):
         seeds = rng.choice(2**31, size=population, replace=False).tolist()
-        R = np.array([np.mean(reward(p, train)) for p in ev(model, [(s, sigma) for s in seeds], train, **kw)])
+        R = np.array(
+            [np.mean(reward(p, train)) for p in ev(model, [(s, sigma) for s in seeds], train, **kw)]
+        )
         es_update_(model, seeds, (R - R.mean())/(R.std() + 1e-8), alpha, **kw)
         hist.append(float(R.mean()))
     return dict(mean_reward=hist, n_evals=population*iterations)
 
 # %% ../nbs/17_thickets.ipynb #9ca0c9e6
 FREQ = 4.0  # angular frequency of the periodic families (datasets.py)
-SIGNAL_FAMILIES = ("sinusoid", "squarewave", "sawtooth", "harmonic", "sigmoid", "line")  # the six of "mixed"
+# the six of "mixed"
+SIGNAL_FAMILIES = ("sinusoid", "squarewave", "sawtooth", "harmonic", "sigmoid", "line")
 FIXED_SIGNALS = ("one_line", "one_sinusoid", "one_squarewave")
 
 @dataclass
@@ -415,11 +484,13 @@ def _signal_values(family:str, x:np.ndarray, n:int, rng:np.random.Generator)->np
         a, ph, c = u(0.8, 1.2), u(0, 2*np.pi), u(-0.5, 0.5)
         return a*(0.5*np.sin(FREQ*x + ph) + 0.3*np.sin(2*FREQ*x)) + c
     if family == "sigmoid":
-        ph, a, c = u(0, 2*np.pi) - np.pi, u(0.5, 1.5), u(-0.5, 0.5); return a*np.tanh(0.1*x + ph) + c
+        ph, a, c = u(0, 2 * np.pi) - np.pi, u(0.5, 1.5), u(-0.5, 0.5)
+        return a * np.tanh(0.1 * x + ph) + c
     if family == "line": m, b = u(-0.5, 0.5), u(-1.0, 1.0); return m*x + b
     if family == "one_line": return np.broadcast_to(-0.25*x, (n, x.size))
     if family == "one_sinusoid": return np.broadcast_to(0.5*np.sin(FREQ*x), (n, x.size))
-    if family == "one_squarewave": return np.broadcast_to(0.3*np.tanh(5.0*np.sin(FREQ*x)), (n, x.size))
+    if family == "one_squarewave":
+        return np.broadcast_to(0.3 * np.tanh(5.0 * np.sin(FREQ * x)), (n, x.size))
     if family == "mixed":
         fam, y = rng.integers(0, len(SIGNAL_FAMILIES), size=n), np.empty((n, x.size))
         for f, name in enumerate(SIGNAL_FAMILIES):
@@ -436,7 +507,8 @@ def make_signals(family:str,       # a family of the table above
                  x0:float=-2.5,    # grid start
                  rng:np.random.Generator|int|None=None, # numpy generator or seed
                 )->Curves:         # ctx (n, ctx) and fut (n, fut), float32
-    "Draw `n` curves of `family` on the grid $x_t = x_0 + t\\cdot$`res`, split into context and future."
+    ("Draw `n` curves of `family` on the grid $x_t = x_0 + t\\cdot$`res`, split into context and "
+     "future.")
     if n < 1 or ctx < 1 or fut < 1:
         raise ValueError(f"n, ctx and fut must be >= 1, got n={n}, ctx={ctx}, fut={fut}")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
@@ -446,14 +518,19 @@ def make_signals(family:str,       # a family of the table above
 
 # %% ../nbs/17_thickets.ipynb #26d5358d
 class SignalMLP(nn.Module):
-    "Next-value predictor of the 1D toy: `depth` Linear layers, ReLU between (official `models.Net`)."
+    ("Next-value predictor of the 1D toy: `depth` Linear layers, ReLU between (official "
+     "`models.Net`).")
     def __init__(self, ctx:int=10, width:int=128, depth:int=5,
                  init:str="xavier", # "xavier" (official default), "kaiming" or "ortho"
                  seed:int=0):       # seed of the initial weights
         super().__init__()
         if depth < 2: raise ValueError(f"depth must be >= 2 (input and output layers), got {depth}")
+        if ctx < 1 or width < 1:
+            raise ValueError(f"ctx and width must be >= 1, got ctx={ctx}, width={width}")
         dims = [ctx] + [width]*(depth - 1) + [1]
-        self.ctx, self.layers = ctx, nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.ctx, self.layers = ctx, nn.ModuleList(
+            nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:])
+        )
         inits = {"xavier": nn.init.xavier_uniform_, "kaiming": nn.init.kaiming_uniform_,
                  "ortho": nn.init.orthogonal_}
         if init not in inits: raise ValueError(f"init must be one of {list(inits)}, got {init!r}")
@@ -461,6 +538,9 @@ class SignalMLP(nn.Module):
         for l in self.layers: inits[init](l.weight, generator=g); nn.init.zeros_(l.bias)
 
     def forward(self, x:Tensor)->Tensor:  # (B, ctx) -> (B,)
+        if x.ndim == 0 or x.shape[-1] != self.ctx:
+            raise ValueError(f"SignalMLP expects the last {self.ctx} values of each curve, inputs "
+                             f"of shape (..., {self.ctx}); got shape {tuple(x.shape)}")
         for l in self.layers[:-1]: x = torch.relu(l(x))
         return self.layers[-1](x)[..., 0]
 
@@ -470,7 +550,8 @@ def pretrain_signal_mlp(model:SignalMLP, family:str="mixed",
                         lr:float=1e-3,       # official 1e-3
                         seed:int=0,          # seed of the training curves
                         chunk:int=100,       # steps whose curves are drawn at once
-                        callback:Callable|None=None, # callback(step, model) after each step (step = 1..iters)
+                        # callback(step, model) after each step (step = 1..iters)
+                        callback:Callable|None=None,
                        )->SignalMLP:
     "Pretrain on next-value prediction of fresh curves of `family` (official `pretrain.py`)."
     dev, rng = next(model.parameters()).device, np.random.default_rng(seed)
@@ -487,21 +568,27 @@ def pretrain_signal_mlp(model:SignalMLP, family:str="mixed",
     return model.eval()
 
 def pretrain_levels(model:SignalMLP,        # the random initialisation (left unchanged)
-                    levels:Sequence[int],   # numbers of pretraining steps to keep; 0 is the initialisation
+                    # numbers of pretraining steps to keep; 0 is the initialisation
+                    levels:Sequence[int],
                     family:str="mixed", seed:int=0, **kwargs, # passed to `pretrain_signal_mlp`
-                   )->dict[int, SignalMLP]: # a copy of the network after each number of steps, in eval mode
+                   # a copy of the network after each number of steps, in eval mode
+                   )->dict[int, SignalMLP]:
     "One pretraining run of `max(levels)` steps, copied after each number of steps in `levels`."
     lv = sorted({int(l) for l in levels})
-    if not lv or lv[0] < 0: raise ValueError(f"levels must be non-empty step counts >= 0, got {levels}")
+    if not lv or lv[0] < 0:
+        raise ValueError(f"levels must be non-empty step counts >= 0, got {levels}")
     nets = {0: copy.deepcopy(model).eval()} if lv[0] == 0 else {}
     keep = lambda step, m: nets.__setitem__(step, copy.deepcopy(m).eval()) if step in lv else None
     if lv[-1] > 0:
-        pretrain_signal_mlp(copy.deepcopy(model), family, iters=lv[-1], seed=seed, callback=keep, **kwargs)
+        pretrain_signal_mlp(
+            copy.deepcopy(model), family, iters=lv[-1], seed=seed, callback=keep, **kwargs
+        )
     return {l: nets[l] for l in lv}
 
 @torch.no_grad()
 def rollout(model:nn.Module, ctx:Tensor, T:int)->Tensor:  # (n, c) -> (n, T)
-    "Autoregressive rollout for `T` steps (Eq. 7), feeding each prediction back into the context window."
+    ("Autoregressive rollout for `T` steps (Eq. 7), feeding each prediction back into the context "
+     "window.")
     out = []
     for _ in range(T):
         y = model(ctx); out.append(y)
@@ -526,18 +613,21 @@ def population_rollout(model:SignalMLP,     # the base network theta_0
                        chunk:int=100,       # members rolled out together
                        noise_table:NoiseTable|None=None, # as in `perturb_`
                       )->Iterator[Tensor]:  # each member's rollout, (n, T)
-    "Batched `evaluate_population` for `SignalMLP`: roll out `chunk` perturbed copies at once with `baddbmm`."
+    ("Batched `evaluate_population` for `SignalMLP`: roll out `chunk` perturbed copies at once "
+     "with `baddbmm`.")
     if not isinstance(model, SignalMLP):
         raise TypeError(f"population_rollout needs a SignalMLP, got {type(model).__name__}; "
                         "use evaluate_population")
     params, T = list(model.parameters()), items.fut.shape[1]
     for c0 in progress(range(0, len(population), chunk), desc=desc, leave=False):
         pop = population[c0:c0 + chunk]; M = len(pop)
-        stacked = []                                            # W (M, out, in), b (M, 1, out) per layer
+        stacked = []  # W (M, out, in), b (M, 1, out) per layer
         for j, p in enumerate(params):
             for s, sig in pop: _check_sigma(sig)
-            eps = [param_noise(p, s, j, official_seeding, noise_device, noise_table) for s, _ in pop]
-            stacked.append(torch.stack([torch.add(p, e, alpha=sig)                     # as perturb_ does
+            eps = [
+                param_noise(p, s, j, official_seeding, noise_device, noise_table) for s, _ in pop
+            ]
+            stacked.append(torch.stack([torch.add(p, e, alpha=sig)  # as perturb_ does
                                         for e, (_, sig) in zip(eps, pop)]))
         Ws, bs = stacked[0::2], [b[:, None, :] for b in stacked[1::2]]
         x, out = items.ctx[None].expand(M, -1, -1), []          # (M, n, c)
@@ -555,29 +645,54 @@ def population_rollout(model:SignalMLP,     # the base network theta_0
 def randopt_regression(model:SignalMLP, post:Curves, test:Curves,
                        N:int=1000,          # population (official toy scripts: 1000)
                        K:int|Sequence[int]=10, # ensemble size(s) (official: 5 or 10)
-                       sigma:float|Sequence[float]=0.002, # official: 0.002 pretrained, 0.05 random init
+                       # official: 0.002 pretrained, 0.05 random init
+                       sigma:float|Sequence[float]=0.002,
                        seed:int=0, noise_device:str|None="cpu", chunk:int=100,
                        **kwargs,            # passed to `randopt`: pick_sigma, balanced, budgets
                       )->dict:
-    "RandOpt on the 1D toy: select on `post` by rollout MSE, mean-ensemble the top-K, report test MSEs."
+    ("RandOpt on the 1D toy: select on `post` by rollout MSE, mean-ensemble the top-K, report test"
+     " MSEs.")
     ev = lambda m, pop, items, **kw: population_rollout(m, pop, items, chunk=chunk, **kw)
-    r = randopt(model, rollout_predict, neg_mse, post, test, N=N, sigmas=np.atleast_1d(sigma), top_k=K,
-                seed=seed, ensemble="mean", noise_device=noise_device, evaluator=ev, **kwargs)
+    r = randopt(
+        model,
+        rollout_predict,
+        neg_mse,
+        post,
+        test,
+        N=N,
+        sigmas=np.atleast_1d(sigma),
+        top_k=K,
+        seed=seed,
+        ensemble="mean",
+        noise_device=noise_device,
+        evaluator=ev,
+        **kwargs
+    )
     neg = lambda d: {k: -v for k, v in d.items()}
-    r.update(base_mse=-r["base_test"], top1_mse=-r["top1_test"], ensemble_mse=neg(r["ensemble_test"]),
-             unselected_mse=neg(r["unselected_test"]), post_mse=-r["rewards"], base_post_mse=-r["base_train"],
-             budget_mse={n: neg(b["ensemble_test"]) for n, b in r["budget"].items()})
+    r.update(
+        base_mse=-r["base_test"],
+        top1_mse=-r["top1_test"],
+        ensemble_mse=neg(r["ensemble_test"]),
+        unselected_mse=neg(r["unselected_test"]),
+        post_mse=-r["rewards"],
+        base_post_mse=-r["base_train"],
+        budget_mse={n: neg(b["ensemble_test"]) for n, b in r["budget"].items()},
+    )
     return r
 
 # %% ../nbs/17_thickets.ipynb #c5fa6ace
-def finetune_regression(model:SignalMLP,  # network to fine-tune in place (a copy of the pretrained base)
-                        post:Curves,      # the selection curves RandOpt scores its members on
-                        steps:int,        # full-batch Adam steps (matched compute: N // 3)
-                        lr:float=1e-3,    # Adam learning rate (the official pretraining rate)
-                        objective:str="next_value", # "next_value" (teacher forcing) or "rollout" (Eq. 7)
-                        callback:Callable|None=None, # callback(step, model) after each step (step = 1..steps)
-                       )->dict:           # training loss per step and the compute in rollout equivalents
-    "Fine-tune on `post` with Adam: next-value MSE (teacher forcing), or the MSE of the rollout through it."
+def finetune_regression(
+    model: SignalMLP,  # network to fine-tune in place (a copy of the pretrained base)
+    post: Curves,  # the selection curves RandOpt scores its members on
+    steps: int,  # full-batch Adam steps (matched compute: N // 3)
+    lr: float = 1e-3,  # Adam learning rate (the official pretraining rate)
+    # "next_value" (teacher forcing) or "rollout" (Eq. 7)
+    objective: str = "next_value",
+    # callback(step, model) after each step (step = 1..steps)
+    callback: Callable | None = None,
+) -> dict:  # training loss per step and the compute in rollout equivalents
+    ("Fine-tune on `post` with Adam: next-value MSE (teacher forcing), or the MSE of the rollout "
+     "through it.")
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
@@ -585,12 +700,13 @@ def finetune_regression(model:SignalMLP,  # network to fine-tune in place (a cop
         raise ValueError(f"objective must be 'next_value' or 'rollout', got {objective!r}")
     opt, hist, c, T = torch.optim.Adam(model.parameters(), lr=lr), [], model.ctx, post.fut.shape[1]
     y = torch.cat([post.ctx, post.fut], 1)                                 # (n, ctx + T)
-    X = y.unfold(1, c, 1)[:, :T].reshape(-1, c); Y = y[:, c:].reshape(-1)  # T windows per curve, next values
+    # T windows per curve, next values
+    X = y.unfold(1, c, 1)[:, :T].reshape(-1, c); Y = y[:, c:].reshape(-1)
     for _ in progress(range(steps), desc="fine-tune", leave=False):
         if objective == "next_value": loss = ((model(X) - Y)**2).mean()
         else:
             ctx, out = post.ctx, []
-            for _ in range(T):                                         # the rollout of Eq. 7, with gradients
+            for _ in range(T):  # the rollout of Eq. 7, with gradients
                 yh = model(ctx); out.append(yh); ctx = torch.cat([ctx[:, 1:], yh[:, None]], 1)
             loss = ((torch.stack(out, 1) - post.fut)**2).mean()
         opt.zero_grad(); loss.backward(); opt.step(); hist.append(loss.item())
@@ -602,11 +718,12 @@ def finetune_regression(model:SignalMLP,  # network to fine-tune in place (a cop
 def density_sweep(model:nn.Module, predict:Callable, reward:Callable, items,
                   sigmas:Sequence[float],   # scales to measure
                   M:int=200,                # perturbations per sigma
-                  margin:float=0.0,         # delta, or a fraction of |R(theta_0)| when relative=True
+                  margin:float=0.0,  # delta, or a fraction of |R(theta_0)| when relative=True
                   relative:bool=False,      # margin relative to the base reward's size
                   seed:int=0, evaluator:Callable|None=None, noise_device:str|None="cpu",
-                 )->dict:                   # density per sigma, the base reward and all member rewards
-    "Eq. 4 for each $\\sigma$ in `sigmas`: the share of `M` perturbations that beat the base by the margin."
+                 )->dict:  # density per sigma, the base reward and all member rewards
+    ("Eq. 4 for each $\\sigma$ in `sigmas`: the share of `M` perturbations that beat the base by "
+     "the margin.")
     _check_items(items, "items")
     R0 = float(np.mean(reward(predict(model, items), items)))
     delta = margin*abs(R0) if relative else margin
@@ -615,54 +732,72 @@ def density_sweep(model:nn.Module, predict:Callable, reward:Callable, items,
     for i, s in enumerate(sigmas):
         seeds, _ = sample_population(M, [s], seed=seed*1000 + i)
         pop = [(q, float(s)) for q in seeds.tolist()]
-        R = np.array([np.mean(reward(p, items)) for p in ev(model, pop, items, noise_device=noise_device)])
+        R = np.array(
+            [np.mean(reward(p, items)) for p in ev(model, pop, items, noise_device=noise_device)]
+        )
         dens[float(s)], rewards[float(s)] = expert_density(R, R0, delta), R
     return dict(density=dens, base=R0, rewards=rewards, margin=delta)
 
 # %% ../nbs/17_thickets.ipynb #d9fb4c65
-ANIMALS = ("dog cat horse cow sheep lion tiger rabbit mouse fox wolf bear deer goat pig duck eagle frog "
-           "snake whale "
-           "owl camel zebra monkey giraffe donkey hamster parrot shark turtle squirrel otter beaver kangaroo "
-           "penguin chicken goose lizard bat elephant").split()
-VEHICLES = ("car bus truck tram train bicycle motorcycle van taxi tractor scooter ambulance airplane "
-            "helicopter boat "
-            "ship submarine rocket jeep wagon limousine minibus canoe yacht ferry lorry tank sled trolley "
-            "glider "
-            "sedan coach rickshaw kayak motorboat bulldozer forklift caravan hovercraft locomotive").split()
+ANIMALS = (
+    "dog cat horse cow sheep lion tiger rabbit mouse fox wolf bear deer goat pig duck eagle frog"
+    " snake whale owl camel zebra monkey giraffe donkey hamster parrot shark turtle squirrel otter"
+    " beaver kangaroo penguin chicken goose lizard bat elephant"
+).split()
+VEHICLES = (
+    "car bus truck tram train bicycle motorcycle van taxi tractor scooter ambulance airplane "
+    "helicopter boat "
+    "ship submarine rocket jeep wagon limousine minibus canoe yacht ferry lorry tank sled trolley "
+    "glider "
+    "sedan coach rickshaw kayak motorboat bulldozer forklift caravan hovercraft locomotive"
+).split()
 
 def _two_numbers(rng):
     while True:
         a, b = (int(v) for v in rng.integers(10, 100, size=2))
-        if a // 10 != b // 10: return a, b          # different first digits -> different first tokens
+        if a // 10 != b // 10: return a, b  # different first digits -> different first tokens
 
 def make_compare_task(n:int,      # number of items
                       seed:int=0, # item seed
                       shots:int=2,# solved examples before the question
                      )->list[dict]: # items {"prompt", "choices", "answer"}
     "Items 'Which is larger, a or b?' with two-digit numbers (different tens digits)."
-    if n < 1 or shots < 0: raise ValueError(f"n must be >= 1 and shots >= 0, got n={n}, shots={shots}")
+    if n < 1 or shots < 0:
+        raise ValueError(f"n must be >= 1 and shots >= 0, got n={n}, shots={shots}")
     rng, items = np.random.default_rng(seed), []
     for _ in range(n):
         demo = "".join(f"Q: Which is larger, {a} or {b}?\nA: {max(a, b)}\n\n"
                        for a, b in (_two_numbers(rng) for _ in range(shots)))
         a, b = _two_numbers(rng)
-        items.append(dict(prompt=demo + f"Q: Which is larger, {a} or {b}?\nA: ", choices=[str(a), str(b)],
-                          answer=str(max(a, b))))
+        items.append(
+            dict(
+                prompt=demo + f"Q: Which is larger, {a} or {b}?\nA: ",
+                choices=[str(a), str(b)],
+                answer=str(max(a, b)),
+            )
+        )
     return items
 
 def make_category_task(n:int, seed:int=0,
-                       split:str="all",  # "train" (even-indexed words), "test" (odd-indexed) or "all"
-                       unique:bool=False,# True: n distinct questions (word and order of the two options)
+                       # "train" (even-indexed words), "test" (odd-indexed) or "all"
+                       split:str="all",
+                       # True: n distinct questions (word and order of the two options)
+                       unique:bool=False,
                       )->list[dict]:
     "Items 'Is a tram an animal or a vehicle?' over disjoint train/test word lists."
     if split not in ("train", "test", "all"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
     if n < 1: raise ValueError(f"n must be >= 1, got {n}")
-    sl = slice(0, None, 2) if split == "train" else slice(1, None, 2) if split == "test" else slice(None)
+    sl = (
+        slice(0, None, 2)
+        if split == "train"
+        else slice(1, None, 2) if split == "test" else slice(None)
+    )
     words = {"animal": ANIMALS[sl], "vehicle": VEHICLES[sl]}
     rng = np.random.default_rng(seed)
     if unique:
-        qs = [(c, w, f) for c in words for w in words[c] for f in (True, False)]   # every distinct question
+        # every distinct question
+        qs = [(c, w, f) for c in words for w in words[c] for f in (True, False)]
         if n > len(qs):
             raise ValueError(f"only {len(qs)} distinct questions in split {split!r}, asked for {n}")
         qs = [qs[i] for i in rng.permutation(len(qs))[:n]]
@@ -681,9 +816,10 @@ def make_category_task(n:int, seed:int=0,
 
 # %% ../nbs/17_thickets.ipynb #dd949d70
 class ChoiceTask:
-    "Multiple-choice items tokenized once, scored by the first answer token in one forward pass per item."
+    ("Multiple-choice items tokenized once, scored by the first answer token in one forward pass "
+     "per item.")
     def __init__(self, tok,               # the model's tokenizer
-                 items:Sequence[dict],     # {"prompt": str, "choices": [str, ...], "answer": a choice}
+                 items:Sequence[dict],  # {"prompt": str, "choices": [str, ...], "answer": a choice}
                  batch_size:int=64,        # items per forward batch
                  amp:bool=False):          # bfloat16 autocast (CUDA or CPU); the weights stay fp32
         if len(items) == 0: raise ValueError("items is empty: pass at least one item")
@@ -691,7 +827,9 @@ class ChoiceTask:
         self.items, self.amp, ids, cands = list(items), amp, [], []
         for i, it in enumerate(self.items):
             if not {"prompt", "choices", "answer"} <= set(it):
-                raise ValueError(f"item {i} needs keys 'prompt', 'choices', 'answer', got {sorted(it)}")
+                raise ValueError(
+                    f"item {i} needs keys 'prompt', 'choices', 'answer', got {sorted(it)}"
+                )
             if it["answer"] not in it["choices"]:
                 raise ValueError(f"item {i}: answer {it['answer']!r} is not one of its choices "
                                  f"{it['choices']}")
@@ -700,8 +838,10 @@ class ChoiceTask:
             for ch in it["choices"]:
                 full = tok(it["prompt"] + ch, add_special_tokens=False)["input_ids"]
                 if full[:len(P)] != P or len(full) == len(P):
-                    raise ValueError(f"item {i}: the prompt's tokens are not a prefix of prompt+{ch!r}; "
-                                     "end the prompt where the answer's first token starts")
+                    raise ValueError(
+                        f"item {i}: the prompt's tokens are not a prefix of prompt+{ch!r}; "
+                        "end the prompt where the answer's first token starts"
+                    )
                 c.append(full[len(P)])
             if len(set(c)) != len(c):
                 raise ValueError(f"item {i}: choices {it['choices']} share their first token; "
@@ -710,7 +850,7 @@ class ChoiceTask:
         self.answer_tok = torch.tensor([c[it["choices"].index(it["answer"])]
                                         for c, it in zip(cands, self.items)])   # (n,)
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        order = np.argsort([len(p) for p in ids], kind="stable")           # similar lengths share a batch
+        order = np.argsort([len(p) for p in ids], kind="stable")  # similar lengths share a batch
         self.batches = []
         for b0 in range(0, len(order), batch_size):
             idx = order[b0:b0 + batch_size]; L = max(len(ids[i]) for i in idx)
@@ -718,7 +858,8 @@ class ChoiceTask:
             for r, i in enumerate(idx):                                        # left padding
                 x[r, L - len(ids[i]):] = torch.tensor(ids[i]); m[r, L - len(ids[i]):] = 1
             cb = [cands[i] for i in idx]
-            cb = torch.tensor(cb) if len({len(c) for c in cb}) == 1 else cb  # (B, C) when all have C
+            # (B, C) when all have C
+            cb = torch.tensor(cb) if len({len(c) for c in cb}) == 1 else cb
             self.batches.append((torch.as_tensor(idx), x, m, (m.cumsum(1) - 1).clamp(min=0), cb))
 
     def __len__(self): return len(self.items)
@@ -732,7 +873,8 @@ class ChoiceTask:
             lp = torch.log_softmax(_logits_last(model, x, m, pos, self.amp).float(), -1)   # (B, V)
             if torch.is_tensor(cands): rows = lp.gather(1, cands.to(dev)).cpu().unbind(0)
             else: rows = [lp[r, c].cpu() for r, c in enumerate(cands)]
-            for r, i in enumerate(idx.tolist()): out[i] = rows[r]    # only (B, C) numbers leave the device
+            # only (B, C) numbers leave the device
+            for r, i in enumerate(idx.tolist()): out[i] = rows[r]
         return torch.stack(out) if len({len(o) for o in out}) == 1 else out
 
     def predict(self, model)->list[str]:
@@ -742,8 +884,11 @@ class ChoiceTask:
 
     def reward(self, preds:Sequence)->np.ndarray:
         "1.0 where the prediction is the answer, else 0.0 (None counts as wrong), shape (n,)."
-        if len(preds) != len(self): raise ValueError(f"got {len(preds)} predictions for {len(self)} items")
-        return np.array([float(p is not None and p == it["answer"]) for p, it in zip(preds, self.items)])
+        if len(preds) != len(self):
+            raise ValueError(f"got {len(preds)} predictions for {len(self)} items")
+        return np.array(
+            [float(p is not None and p == it["answer"]) for p, it in zip(preds, self.items)]
+        )
 
 def _logits_last(model, x, m, pos, amp:bool=False)->Tensor:
     "Next-token logits after each left-padded prompt, (B, V); bfloat16 autocast when `amp`."
@@ -767,23 +912,28 @@ def choice_predictions(model, tok, items:Sequence[dict], batch_size:int=16)->lis
 
 def fixed_answer(train:Sequence[dict],  # training items {"prompt", "choices", "answer"}
                  test:Sequence[dict],   # held-out items
-                )->tuple[str, np.ndarray]: # the rule picked on `train`, and its 1/0 correctness per test item
-    "Shortcut control: the best constant rule on the training items (always choice i, or always a label)."
-    rules = {f"always choice {i}": (lambda it, i=i: it["choices"][i] if i < len(it["choices"]) else None)
-             for i in range(max(len(it["choices"]) for it in train))}
+                # the rule picked on `train`, and its 1/0 correctness per test item
+                )->tuple[str, np.ndarray]:
+    ("Shortcut control: the best constant rule on the training items (always choice i, or always a"
+     " label).")
+    rules = {
+        f"always choice {i}": lambda it, i=i: it["choices"][i] if i < len(it["choices"]) else None
+        for i in range(max(len(it["choices"]) for it in train))
+    }
     for lab in sorted(set.intersection(*(set(it["choices"]) for it in train))):
         rules[f"always {lab.strip()!r}"] = lambda it, lab=lab: lab if lab in it["choices"] else None
     acc = lambda rule, items: np.array([float(rule(it) == it["answer"]) for it in items])
-    best = max(rules, key=lambda k: acc(rules[k], train).mean())          # ties: the first rule listed
+    best = max(rules, key=lambda k: acc(rules[k], train).mean())  # ties: the first rule listed
     return best, acc(rules[best], test)
 
 # %% ../nbs/17_thickets.ipynb #11b9d204
-def finetune_choice(model,            # a causal LM, fine-tuned in place (restore it with `restore_`)
+def finetune_choice(model,  # a causal LM, fine-tuned in place (restore it with `restore_`)
                     task:ChoiceTask,  # the training items
                     steps:int,        # full-batch Adam steps (matched compute: N // 3)
                     lr:float=1e-5,    # Adam learning rate
-                   )->dict:           # training loss per step and the compute in item forward passes
-    "Supervised fine-tuning of every weight: Adam on the mean cross-entropy of each item's answer token."
+                   )->dict:  # training loss per step and the compute in item forward passes
+    ("Supervised fine-tuning of every weight: Adam on the mean cross-entropy of each item's answer"
+     " token.")
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
@@ -791,7 +941,7 @@ def finetune_choice(model,            # a causal LM, fine-tuned in place (restor
     opt, hist, dev = torch.optim.Adam(params, lr=lr), [], next(model.parameters()).device
     for _ in progress(range(steps), desc="fine-tune", leave=False):
         opt.zero_grad(); tot = 0.0
-        for idx, x, m, pos, _ in task.batches:                    # gradients accumulate over the batches
+        for idx, x, m, pos, _ in task.batches:  # gradients accumulate over the batches
             logits = _logits_last(model, x, m, pos, task.amp).float()                      # (B, V)
             loss = F.cross_entropy(logits, task.answer_tok[idx].to(dev), reduction="sum")/len(task)
             loss.backward(); tot += loss.item()
@@ -804,10 +954,15 @@ def llm_items(task:str,   # "compare" (zero-shot number comparison) or "category
               n:int,      # number of items; category: at most the 80 distinct questions of a split
               seed:int, split:str)->list[dict]:
     "Items of the LLM experiment: zero-shot number comparisons, or distinct category questions."
-    if task == "compare": return make_compare_task(n, seed=seed, shots=0)   # zero-shot: the shortest prompt
+    # zero-shot: the shortest prompt
+    if task == "compare": return make_compare_task(n, seed=seed, shots=0)
     if task == "category":
-        sl = slice(0, None, 2) if split == "train" else slice(1, None, 2) if split == "test" else slice(None)
-        m = 2*(len(ANIMALS[sl]) + len(VEHICLES[sl]))                  # distinct questions: words x 2 orders
+        sl = (
+            slice(0, None, 2)
+            if split == "train"
+            else slice(1, None, 2) if split == "test" else slice(None)
+        )
+        m = 2*(len(ANIMALS[sl]) + len(VEHICLES[sl]))  # distinct questions: words x 2 orders
         return make_category_task(min(n, m), seed=seed, split=split, unique=True)
     raise ValueError(f"task must be 'compare' or 'category', got {task!r}")
 
@@ -817,17 +972,18 @@ def weight_rms(model:nn.Module)->float:
     return math.sqrt(ss/sum(p.numel() for p in model.parameters()))
 
 def pick_on_train(results:dict, # setting -> {"train": training score, ...}
-                 )->object:      # the setting with the highest training score; ties: the first listed
+                 )->object:  # the setting with the highest training score; ties: the first listed
     "The baselines' tuning rule: keep the setting that does best on the training items."
     if not results: raise ValueError("results is empty: pass at least one setting")
     return max(results, key=lambda k: results[k]["train"])
 
 def llm_experiment(task:str,                 # "compare" or "category"
-                   seed:int=0,               # seed of the items, the population, the noise table and ES
+                   seed:int=0,  # seed of the items, the population, the noise table and ES
                    n_train:int=64,           # selection items
-                   n_test:int=200,           # held-out items (category: at most 80 distinct questions)
-                   sigma_rel:Sequence[float]=(0.01, 0.03, 0.1), # noise scales, in units of the weights' RMS
-                   B:int=48,                 # evaluations per setting (members per sigma, ES ones per alpha)
+                   n_test:int=200,  # held-out items (category: at most 80 distinct questions)
+                   # noise scales, in units of the weights' RMS
+                   sigma_rel:Sequence[float]=(0.01, 0.03, 0.1),
+                   B:int=48,  # evaluations per setting (members per sigma, ES ones per alpha)
                    K:Sequence[int]=(1, 3, 8), # ensemble sizes; sigma* is picked for the largest
                    budgets:Sequence[int]=(8, 24), # smaller members-per-sigma budgets, also reported
                    es_alphas:Sequence[float]=(5e-4, 5e-3, 5e-2), # ES step sizes (es.sh: 5e-4)
@@ -836,9 +992,11 @@ def llm_experiment(task:str,                 # "compare" or "category"
                    model_path:str|None=None, # as in `load_causal_lm`; None: SmolLM2-135M-Instruct
                    device:str="cpu", amp:bool=True, batch_size:int=64,
                    threads:int|None=1,       # torch threads of this process (None: leave as is)
-                   model=None, tok=None,     # an already loaded model (restored on return) and its tokenizer
+                   # an already loaded model (restored on return) and its tokenizer
+                   model=None, tok=None,
                   )->dict:
-    "RandOpt, ES and fine-tuning on one LLM task, three settings each, picked on the training items."
+    ("RandOpt, ES and fine-tuning on one LLM task, three settings each, picked on the training "
+     "items.")
     t0 = time.process_time()
     if threads: torch.set_num_threads(threads)
     if model is None:
@@ -847,23 +1005,50 @@ def llm_experiment(task:str,                 # "compare" or "category"
     dev = next(model.parameters()).device
     tr_items = llm_items(task, n_train, 1_000 + seed, "train")
     te_items = llm_items(task, n_test, 2_000 + seed, "test")
-    train, test = ChoiceTask(tok, tr_items, batch_size, amp), ChoiceTask(tok, te_items, batch_size, amp)
+    train, test = ChoiceTask(tok, tr_items, batch_size, amp), ChoiceTask(
+        tok, te_items, batch_size, amp
+    )
     rms = weight_rms(model); sigmas = [float(c*rms) for c in sigma_rel]; G = len(sigmas)
     base, nd = snapshot(model), (None if dev.type == "cuda" else "cpu")
     table = NoiseTable(model, seed=seed, device=dev)
-    r = randopt(model, choice_predict, choice_reward, train, test, N=G*B, sigmas=sigmas, top_k=K, seed=seed,
-                noise_device=nd, noise_table=table, pick_sigma=True, balanced=True,
-                budgets=[G*b for b in budgets])
+    r = randopt(
+        model,
+        choice_predict,
+        choice_reward,
+        train,
+        test,
+        N=G * B,
+        sigmas=sigmas,
+        top_k=K,
+        seed=seed,
+        noise_device=nd,
+        noise_table=table,
+        pick_sigma=True,
+        balanced=True,
+        budgets=[G * b for b in budgets],
+    )
     acc = lambda t: choice_reward(choice_predict(model, t), t)
     es, ft = {}, {}
-    for a in es_alphas:                                  # ES at RandOpt's sigma*, B evaluations per step size
-        h = es_finetune(model, choice_predict, choice_reward, train, sigma=r["sigma_star"], alpha=a,
-                        population=es_pop, iterations=max(1, B // es_pop), seed=seed, noise_device=nd,
-                        noise_table=table)
-        es[a] = dict(train=float(acc(train).mean()), test_items=acc(test), mean_reward=h["mean_reward"])
+    for a in es_alphas:  # ES at RandOpt's sigma*, B evaluations per step size
+        h = es_finetune(
+            model,
+            choice_predict,
+            choice_reward,
+            train,
+            sigma=r["sigma_star"],
+            alpha=a,
+            population=es_pop,
+            iterations=max(1, B // es_pop),
+            seed=seed,
+            noise_device=nd,
+            noise_table=table,
+        )
+        es[a] = dict(
+            train=float(acc(train).mean()), test_items=acc(test), mean_reward=h["mean_reward"]
+        )
         restore_(model, base)
     del table                                            # frees P + S numbers before Adam's state
-    for lr in ft_lrs:                                    # fine-tuning, B // 3 full-batch steps per rate
+    for lr in ft_lrs:  # fine-tuning, B // 3 full-batch steps per rate
         h = finetune_choice(model, train, steps=max(1, B // 3), lr=lr)
         ft[lr] = dict(train=float(acc(train).mean()), test_items=acc(test), loss=h["loss"])
         restore_(model, base)
@@ -874,7 +1059,7 @@ def llm_experiment(task:str,                 # "compare" or "category"
                 ft_pick=pick_on_train(ft), fixed_rule=rule, fixed_test_items=fixed_items,
                 cpu_s=time.process_time() - t0)
 
-def run_jobs(fn:Callable,            # a function importable from its module (workers import it by name)
+def run_jobs(fn:Callable,  # a function importable from its module (workers import it by name)
              jobs:Sequence[dict],    # keyword arguments of each call
              n_jobs:int=1,           # worker processes (spawned); 1 runs every job in this process
             )->list:                 # fn(**job) for each job, in job order

@@ -134,6 +134,16 @@ def test_randopt_selection_topk_and_K_equals_N():
     assert r["ensemble_test"][1] == r["top1_test"]
     assert set(r["sigma_mean"]) <= {0.2, 0.5} and r["best_sigma"] in r["sigma_mean"]
 
+
+def test_signal_mlp_refuses_inputs_of_the_wrong_width_and_bad_sizes():
+    net = SignalMLP(ctx=10, width=8, depth=3, seed=0)
+    assert net(torch.zeros(4, 10)).shape == (4,)
+    for x in (torch.zeros(4, 9), torch.zeros(10, 4), torch.zeros(())):
+        with pytest.raises(ValueError, match=r"SignalMLP expects the last 10 values of each curve, inputs of shape \(\.\.\., 10\)"):
+            net(x)
+    for kw in (dict(ctx=0), dict(width=0), dict(width=-3)):
+        with pytest.raises(ValueError, match="ctx and width must be >= 1"): SignalMLP(**kw)
+
 def test_randopt_bad_input():
     m, predict, reward, tr, te = _lin_task()
     with pytest.raises(ValueError, match="between 1 and N=3"): randopt(m, predict, reward, tr, te, N=3, sigmas=[0.1], top_k=[5])
