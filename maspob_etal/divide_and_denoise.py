@@ -59,9 +59,13 @@ class Concept:
 def concept_from_name(name:str)->Concept:
     "Parse 'red circle', 'circle', 'red' or 'any shape' into a `Concept`."
     words = [w for w in name.lower().split() if w not in ("any", "shape")]
-    shape = next((w for w in words if w in SHAPES), None); color = next((w for w in words if w in PALETTE), None)
+    shape = next((w for w in words if w in SHAPES), None)
+    color = next((w for w in words if w in PALETTE), None)
     if len(words) != (shape is not None) + (color is not None):
-        raise ValueError(f"cannot parse concept {name!r}: use '<colour> <shape>', '<shape>', '<colour>' or 'any shape'")
+        raise ValueError(
+            f"cannot parse concept {name!r}: use '<colour> <shape>', '<shape>', '<colour>' or 'any"
+            " shape'"
+        )
     return Concept(shape, color)
 
 # %% ../nbs/04_divide_and_denoise.ipynb #00f009fb
@@ -71,7 +75,8 @@ def shape_coverage(shapes:Sequence[str],  # M shape names
                    res:int,               # canvas side
                    ss:int=4,              # supersampling factor per axis
                   )->np.ndarray:          # (M, res, res) pixel coverage in [0, 1]
-    "Anti-aliased masks of circles (diameter d), squares (side 0.85 d) and upright triangles (base d, height 0.9 d)."
+    ("Anti-aliased masks of circles (diameter d), squares (side 0.85 d) and upright triangles "
+     "(base d, height 0.9 d).")
     centres, diams = np.asarray(centres, float).reshape(-1, 2), np.asarray(diams, float).reshape(-1)
     g = (np.arange(res*ss) + 0.5)/ss                                   # sub-pixel centres
     out = np.empty((len(diams), res, res), np.float32)
@@ -81,7 +86,11 @@ def shape_coverage(shapes:Sequence[str],  # M shape names
         circle = dx**2 + dy**2 <= r**2
         square = (np.abs(dx) <= 0.85*r) & (np.abs(dy) <= 0.85*r)
         top, h = c[:, 1] - 0.9*r, 1.8*r
-        tri = (dy + c[:, 1] >= top) & (dy + c[:, 1] <= top + h) & (np.abs(dx) <= r*(dy + c[:, 1] - top)/h)
+        tri = (
+            (dy + c[:, 1] >= top)
+            & (dy + c[:, 1] <= top + h)
+            & (np.abs(dx) <= r * (dy + c[:, 1] - top) / h)
+        )
         code = np.array([SHAPES.index(x) for x in shapes[s:s+256]])[:, None, None]
         m = np.where(code == 0, circle, np.where(code == 1, square, tri)).astype(np.float32)
         out[s:s+256] = m.reshape(len(m), res, ss, res, ss).mean((2, 4))
@@ -89,20 +98,29 @@ def shape_coverage(shapes:Sequence[str],  # M shape names
 
 def _rgb(color)->np.ndarray:
     if isinstance(color, str):
-        if color not in PALETTE: raise ValueError(f"unknown colour {color!r}: use one of {tuple(PALETTE)} or an RGB triple in [0, 1]")
+        if color not in PALETTE:
+            raise ValueError(
+                f"unknown colour {color!r}: use one of {tuple(PALETTE)} or an RGB triple in [0, 1]"
+            )
         return np.array(PALETTE[color])
     c = np.asarray(color, float)
-    if c.shape != (3,) or c.min() < 0 or c.max() > 1: raise ValueError(f"colour must be a name or an RGB triple in [0, 1], got {color!r}")
+    if c.shape != (3,) or c.min() < 0 or c.max() > 1:
+        raise ValueError(f"colour must be a name or an RGB triple in [0, 1], got {color!r}")
     return c
 
-def render_scene(objs:Sequence[tuple],  # [(shape, colour name or RGB in [0,1], (cx, cy), diameter), ...], painted in order
-                 res:int,               # canvas side in pixels
-                 background:float=-1.,  # background value (black)
-                )->np.ndarray:          # (3, res, res) image in [-1, 1]
+def render_scene(
+    objs: Sequence[
+        tuple
+    ],  # [(shape, colour name or RGB in [0,1], (cx, cy), diameter), ...], painted in order
+    res: int,  # canvas side in pixels
+    background: float = -1.0,  # background value (black)
+) -> np.ndarray:  # (3, res, res) image in [-1, 1]
     "Paint shapes on a black canvas (later objects cover earlier ones)."
     img = np.full((3, res, res), background, np.float32)
     if not objs: return img
-    m = shape_coverage([o[0] for o in objs], np.array([o[2] for o in objs]), np.array([o[3] for o in objs]), res)
+    m = shape_coverage(
+        [o[0] for o in objs], np.array([o[2] for o in objs]), np.array([o[3] for o in objs]), res
+    )
     for (_, col, _, _), mk in zip(objs, m):
         img = img*(1 - mk) + (2*_rgb(col)[:, None, None] - 1)*mk   # colour in [0,1] -> [-1,1]
     return img.astype(np.float32)
@@ -111,25 +129,39 @@ def render_scene(objs:Sequence[tuple],  # [(shape, colour name or RGB in [0,1], 
 def random_objects(concepts:Sequence[Concept], # one concept per object
                    res:int,                    # canvas side
                    rng:np.random.Generator,    # numpy random generator
-                   pos_sigma:float|None=None,  # std of the centre around the middle; None: res/6 (one object), res/3 (more)
+                   # std of the centre around the middle; None: res/6 (one object), res/3 (more)
+                   pos_sigma:float|None=None,
                    min_gap:float=1.5,          # pixels between the edges of two objects
                    color_jitter:float=0.1,     # uniform jitter of each RGB channel
                   )->list[tuple]:              # objects for `render_scene`
-    "Draw shape, colour, size and a centre-biased position for each concept; objects do not overlap."
+    ("Draw shape, colour, size and a centre-biased position for each concept; objects do not "
+     "overlap.")
     sigma = pos_sigma if pos_sigma is not None else res/(6 if len(concepts) == 1 else 3)
-    for scene_try in range(100):                                       # re-draw the whole scene when the canvas is full
+    for scene_try in range(100):  # re-draw the whole scene when the canvas is full
         objs = []
         for c in concepts:
             shape = c.shape or SHAPES[rng.integers(len(SHAPES))]
-            rgb = np.clip(_rgb(c.color or list(PALETTE)[rng.integers(len(PALETTE))]) + rng.uniform(-color_jitter, color_jitter, 3), 0, 1)
+            rgb = np.clip(
+                _rgb(c.color or list(PALETTE)[rng.integers(len(PALETTE))])
+                + rng.uniform(-color_jitter, color_jitter, 3),
+                0,
+                1,
+            )
             d = rng.uniform(*SIZE_RANGE)*res
             for attempt in range(50):
-                xy = np.clip(rng.normal(res/2, sigma if attempt < 25 else res, 2), d/2 + 0.5, res - d/2 - 0.5)
-                if all(np.hypot(*(xy - np.array(o[2]))) >= (d + o[3])/2 + min_gap for o in objs): break
+                xy = np.clip(
+                    rng.normal(res / 2, sigma if attempt < 25 else res, 2),
+                    d / 2 + 0.5,
+                    res - d / 2 - 0.5,
+                )
+                if all(np.hypot(*(xy - np.array(o[2]))) >= (d + o[3]) / 2 + min_gap for o in objs):
+                    break
             else: break
             objs.append((shape, rgb, tuple(xy), d))
         if len(objs) == len(concepts): return objs
-    raise RuntimeError(f"could not place {len(concepts)} objects without overlap on a {res}x{res} canvas")
+    raise RuntimeError(
+        f"could not place {len(concepts)} objects without overlap on a {res}x{res} canvas"
+    )
 
 def make_concept_dataset(concept:Concept,          # what every image shows
                          n:int,                    # number of images
@@ -141,9 +173,19 @@ def make_concept_dataset(concept:Concept,          # what every image shows
     "Training images of one concept (the data of one expert)."
     rng = np.random.default_rng(seed)
     if n_objects > 1:
-        return torch.from_numpy(np.stack([render_scene(random_objects([concept]*n_objects, res, rng, pos_sigma), res) for _ in range(n)]))
-    objs = [random_objects([concept], res, rng, pos_sigma)[0] for _ in range(n)]    # one object: render all at once
-    m = shape_coverage([o[0] for o in objs], np.array([o[2] for o in objs]), np.array([o[3] for o in objs]), res)[:, None]
+        return torch.from_numpy(
+            np.stack(
+                [
+                    render_scene(random_objects([concept] * n_objects, res, rng, pos_sigma), res)
+                    for _ in range(n)
+                ]
+            )
+        )
+    # one object: render all at once
+    objs = [random_objects([concept], res, rng, pos_sigma)[0] for _ in range(n)]
+    m = shape_coverage(
+        [o[0] for o in objs], np.array([o[2] for o in objs]), np.array([o[3] for o in objs]), res
+    )[:, None]
     rgb = np.array([o[1] for o in objs], np.float32)[:, :, None, None]
     return torch.from_numpy((-1*(1 - m) + (2*rgb - 1)*m).astype(np.float32))
 
@@ -155,11 +197,24 @@ def make_expert_unet(res:int,                    # image side (divisible by 2**(
                     )->UNet2DModel:              # an untrained RGB UNet without attention
     "A small diffusers `UNet2DModel` for `res×res` RGB images."
     n = len(channels)
-    if res % 2**(n - 1): raise ValueError(f"res={res} must be divisible by 2**(len(channels)-1)={2**(n-1)}")
-    if any(c % norm_num_groups for c in channels): raise ValueError(f"every channel count in {channels} must be divisible by norm_num_groups={norm_num_groups}")
-    return UNet2DModel(sample_size=res, in_channels=3, out_channels=3, block_out_channels=tuple(channels),
-                       layers_per_block=layers_per_block, down_block_types=("DownBlock2D",)*n,
-                       up_block_types=("UpBlock2D",)*n, norm_num_groups=norm_num_groups, add_attention=False)
+    if res % 2 ** (n - 1):
+        raise ValueError(f"res={res} must be divisible by 2**(len(channels)-1)={2**(n-1)}")
+    if any(c % norm_num_groups for c in channels):
+        raise ValueError(
+            f"every channel count in {channels} must be divisible by"
+            f" norm_num_groups={norm_num_groups}"
+        )
+    return UNet2DModel(
+        sample_size=res,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=tuple(channels),
+        layers_per_block=layers_per_block,
+        down_block_types=("DownBlock2D",) * n,
+        up_block_types=("UpBlock2D",) * n,
+        norm_num_groups=norm_num_groups,
+        add_attention=False,
+    )
 
 # %% ../nbs/04_divide_and_denoise.ipynb #a17cc060
 @dataclass(eq=False)
@@ -183,8 +238,9 @@ class Expert:
         kind = self.scheduler.config.prediction_type
         if kind == "epsilon": return out
         ab = self.alphas_cumprod[int(t)].item()
-        if kind == "sample": return (x - math.sqrt(ab)*out)/math.sqrt(1 - ab)      # from x0-prediction
-        if kind == "v_prediction": return math.sqrt(ab)*out + math.sqrt(1 - ab)*x # from v-prediction
+        if kind == "sample": return (x - math.sqrt(ab)*out)/math.sqrt(1 - ab)  # from x0-prediction
+        # from v-prediction
+        if kind == "v_prediction": return math.sqrt(ab)*out + math.sqrt(1 - ab)*x
         raise ValueError(f"unsupported prediction_type {kind!r}")
 
     __call__ = eps
@@ -198,9 +254,14 @@ class Expert:
 
     @property
     def sample_shape(self)->tuple:
-        "(C, H, W) of the samples: 3 RGB channels for pixel models, 4 for Stable Diffusion's latents, ..."
+        ("(C, H, W) of the samples: 3 RGB channels for pixel models, 4 for Stable Diffusion's "
+         "latents, ...")
         cfg = self.unet.config
-        size = cfg.sample_size if isinstance(cfg.sample_size, (tuple, list)) else (cfg.sample_size, cfg.sample_size)
+        size = (
+            cfg.sample_size
+            if isinstance(cfg.sample_size, (tuple, list))
+            else (cfg.sample_size, cfg.sample_size)
+        )
         return (cfg.in_channels, *size)
 
 # %% ../nbs/04_divide_and_denoise.ipynb #94f0433a
@@ -217,27 +278,38 @@ def train_expert(concept:Concept,           # the concept to learn
                  lr:float=2e-3,             # AdamW learning rate (card §4.5)
                  seed:int=0,                # seeds the data, the init and the noise
                  device="cpu",              # where to train
-                 max_seconds:float|None=None, # wall-clock guard: stop early (the steps done are in `info`)
-                 cache_dir:str|Path|None=None, # load `cache_dir/<name>` if present, else train and save there
+                 # wall-clock guard: stop early (the steps done are in `info`)
+                 max_seconds:float|None=None,
+                 # load `cache_dir/<name>` if present, else train and save there
+                 cache_dir:str|Path|None=None,
                  channels:Sequence[int]=(16, 32), # see `make_expert_unet`
                  layers_per_block:int=1,    # see `make_expert_unet`
                  prediction_type:str="sample", # "sample" (x0), "epsilon" or "v_prediction"
                  n_train:int=4096,          # rendered training images
                  amp:bool=False,            # bf16 autocast (CUDA only)
-                 init:Expert|None=None,     # continue training this expert (its network is trained further, in place)
+                 # continue training this expert (its network is trained further, in place)
+                 init:Expert|None=None,
                 )->Expert:                  # the trained expert, in eval mode on `device`
-    "Train one single-concept expert on rendered shapes (or load it from `cache_dir`, or train `init` further)."
-    if steps < 1 or batch < 1: raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
+    ("Train one single-concept expert on rendered shapes (or load it from `cache_dir`, or train "
+     "`init` further).")
+    if steps < 1 or batch < 1:
+        raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
     path = Path(cache_dir)/concept.name.replace(" ", "_") if cache_dir is not None else None
-    if init is None and path is not None and (path/"model_index.json").exists(): return load_expert(path, concept).to(device)
+    if init is None and path is not None and (path / "model_index.json").exists():
+        return load_expert(path, concept).to(device)
     torch.manual_seed(seed)
     if init is not None:
-        if init.concept != concept: raise ValueError(f"init draws {init.concept.name!r}, not {concept.name!r}")
-        unet, sched, prediction_type = init.unet.to(device).requires_grad_(True), init.scheduler, init.scheduler.config.prediction_type
+        if init.concept != concept:
+            raise ValueError(f"init draws {init.concept.name!r}, not {concept.name!r}")
+        unet, sched, prediction_type = (
+            init.unet.to(device).requires_grad_(True),
+            init.scheduler,
+            init.scheduler.config.prediction_type,
+        )
     else:
         unet = make_expert_unet(res, channels, layers_per_block).to(device)
         sched = DDPMScheduler(num_train_timesteps=1000, prediction_type=prediction_type)
-    _target(prediction_type, *[torch.zeros(1)]*3)                    # validates the prediction type early
+    _target(prediction_type, *[torch.zeros(1)]*3)  # validates the prediction type early
     data = make_concept_dataset(concept, n_train, res, seed=seed).to(device)
     ab_all = sched.alphas_cumprod.to(device)
     g = torch.Generator(device=device).manual_seed(seed)
@@ -259,8 +331,16 @@ def train_expert(concept:Concept,           # the concept to learn
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds: break
     unet.eval().requires_grad_(False)
     before = init.info if init is not None else {}
-    ex = Expert(unet, sched, concept, info=dict(steps=before.get("steps", 0) + done, seconds=round(before.get("seconds", 0) + time.perf_counter() - t0, 2),
-                                                 final_loss=float(np.mean(losses[-50:]))))
+    ex = Expert(
+        unet,
+        sched,
+        concept,
+        info=dict(
+            steps=before.get("steps", 0) + done,
+            seconds=round(before.get("seconds", 0) + time.perf_counter() - t0, 2),
+            final_loss=float(np.mean(losses[-50:])),
+        ),
+    )
     if path is not None: save_expert(ex, path)
     return ex
 
@@ -269,35 +349,59 @@ def save_expert(expert:Expert, path:str|Path)->Path:
     "Write `expert` as a diffusers `DDPMPipeline` folder (`save_pretrained`) plus `concept.json`."
     path = Path(path)
     DDPMPipeline(unet=expert.unet, scheduler=expert.scheduler).save_pretrained(path)
-    (path/"concept.json").write_text(json.dumps(dict(shape=expert.concept.shape, color=expert.concept.color,
-                                                     name=expert.name, info=expert.info)))
+    (path / "concept.json").write_text(
+        json.dumps(
+            dict(
+                shape=expert.concept.shape,
+                color=expert.concept.color,
+                name=expert.name,
+                info=expert.info,
+            )
+        )
+    )
     return path
 
 def load_expert(path:str|Path,            # a DDPMPipeline folder, or a UNet2DModel folder
                 concept:Concept|None=None, # what it draws; None reads `concept.json` (or means any)
                 subfolder:str|None=None,   # a subfolder of `path` holding the model
                )->Expert:                  # the expert, on CPU, in eval mode
-    "Load an expert saved with diffusers' `save_pretrained` (any diffusers `UNet2DModel` works)."
+    ("Load an expert saved with diffusers' `save_pretrained` (any diffusers `UNet2DModel` works); "
+     "weights are read from safetensors only.")
     p = Path(path)/subfolder if subfolder else Path(path)
-    if not p.exists(): raise FileNotFoundError(f"expert path {str(p)!r} does not exist: pass a folder written by "
-                                               "save_expert / DDPMPipeline.save_pretrained, or a UNet2DModel folder")
-    if (p/"model_index.json").exists():
-        unet = UNet2DModel.from_pretrained(p, subfolder="unet")
-        sched = DDPMScheduler.from_pretrained(p, subfolder="scheduler")
-    elif (p/"config.json").exists():
-        unet = UNet2DModel.from_pretrained(p)
-        s = next((d for d in (p/"scheduler", p.parent/"scheduler") if (d/"scheduler_config.json").exists()), None)
-        sched = DDPMScheduler.from_pretrained(s) if s else DDPMScheduler.from_pretrained(p) if (p/"scheduler_config.json").exists() else DDPMScheduler()
-    else: raise FileNotFoundError(f"{str(p)!r} holds neither model_index.json (a DDPMPipeline) nor config.json (a UNet2DModel)")
+    if not p.exists():
+        raise FileNotFoundError(
+            f"expert path {str(p)!r} does not exist: pass a folder written by "
+            "save_expert / DDPMPipeline.save_pretrained, or a UNet2DModel folder"
+        )
+    unet_dir = p/"unet" if (p/"model_index.json").exists() else p
+    if not (unet_dir/"config.json").exists():
+        raise FileNotFoundError(f"{str(p)!r} holds neither model_index.json (a DDPMPipeline) nor "
+                                "config.json (a UNet2DModel)")
+    if not list(unet_dir.glob("*.safetensors")):
+        raise ValueError(f"{str(unet_dir)!r} holds no .safetensors weights: only safetensors are loaded, "
+                         "since a pickled .bin file can run code when it is read; re-save the model with "
+                         "save_pretrained(..., safe_serialization=True)")
+    unet = UNet2DModel.from_pretrained(unet_dir, use_safetensors=True)
+    sched_dirs = (p/"scheduler", p.parent/"scheduler", p)
+    s = next((d for d in sched_dirs if (d/"scheduler_config.json").exists()), None)
+    sched = DDPMScheduler.from_pretrained(s) if s else DDPMScheduler()
     meta = json.loads((p/"concept.json").read_text()) if (p/"concept.json").exists() else {}
     if concept is None: concept = Concept(meta.get("shape"), meta.get("color"))
-    return Expert(unet.eval().requires_grad_(False), sched, concept, meta.get("name", ""), meta.get("info", {}))
+    return Expert(
+        unet.eval().requires_grad_(False),
+        sched,
+        concept,
+        meta.get("name", ""),
+        meta.get("info", {}),
+    )
 
 # %% ../nbs/04_divide_and_denoise.ipynb #9e726781
 def _seeds(seed)->list[int]:
     s = [seed] if isinstance(seed, (int, np.integer)) else list(seed)
     if not s or any(not isinstance(v, (int, np.integer)) or v < 0 for v in s):
-        raise ValueError(f"seed must be a non-negative int or a non-empty list of them, got {seed!r}")
+        raise ValueError(
+            f"seed must be a non-negative int or a non-empty list of them, got {seed!r}"
+        )
     return [int(v) for v in s]
 
 def initial_noise(n:int,                # images per seed
@@ -305,9 +409,12 @@ def initial_noise(n:int,                # images per seed
                   seed:int|Sequence[int], # one seed or several (their batches are concatenated)
                   device="cpu",         # where the result goes (drawn on the CPU either way)
                  )->Tensor:             # (n * n_seeds, C, H, W)
-    "$x_T \\sim \\mathcal N(0, I)$, drawn on the CPU from each seed so that every device sees the same numbers."
+    ("$x_T \\sim \\mathcal N(0, I)$, drawn on the CPU from each seed so that every device sees the"
+     " same numbers.")
     if n < 1: raise ValueError(f"n must be >= 1, got {n}")
-    return torch.cat([torch.randn((n, *shape), generator=torch.Generator().manual_seed(s)) for s in _seeds(seed)]).to(device)
+    return torch.cat(
+        [torch.randn((n, *shape), generator=torch.Generator().manual_seed(s)) for s in _seeds(seed)]
+    ).to(device)
 
 def ddim_scheduler(experts:Sequence[Expert], num_steps:int)->DDIMScheduler:
     "A DDIM scheduler on the experts' shared training schedule, fed with noise predictions."
@@ -315,16 +422,22 @@ def ddim_scheduler(experts:Sequence[Expert], num_steps:int)->DDIMScheduler:
     b0 = experts[0].scheduler.betas
     for e in experts[1:]:
         if e.scheduler.betas.shape != b0.shape or not torch.allclose(e.scheduler.betas, b0):
-            raise ValueError(f"experts {experts[0].name!r} and {e.name!r} use different noise schedules: composition needs one shared schedule")
+            raise ValueError(
+                f"experts {experts[0].name!r} and {e.name!r} use different noise schedules:"
+                " composition needs one shared schedule"
+            )
         if e.sample_shape != experts[0].sample_shape:
-            raise ValueError(f"experts {experts[0].name!r} and {e.name!r} make samples of shapes {experts[0].sample_shape} and "
-                             f"{e.sample_shape}: composition needs one shared sample space")
+            raise ValueError(
+                f"experts {experts[0].name!r} and {e.name!r} make samples of shapes"
+                f" {experts[0].sample_shape} and {e.sample_shape}: composition needs one shared"
+                " sample space"
+            )
     if num_steps < 1: raise ValueError(f"num_steps must be >= 1, got {num_steps}")
     s = DDIMScheduler.from_config(experts[0].scheduler.config, prediction_type="epsilon")
     s.set_timesteps(num_steps)
     return s
 
-def ddim_loop(step_fn:Callable,        # (x_t, t, i) -> (x_t, eps_hat): the method's composite prediction
+def ddim_loop(step_fn:Callable,  # (x_t, t, i) -> (x_t, eps_hat): the method's composite prediction
               x_T:Tensor,              # (B, C, H, W) initial noise
               scheduler:DDIMScheduler, # from `ddim_scheduler` (timesteps already set)
               desc:str|None=None,      # progress-bar label
@@ -341,20 +454,30 @@ def sample_single(expert:Expert,         # the model
                   seed:int|Sequence[int], # seed(s)
                   num_steps:int=20,      # DDIM steps
                  )->Tensor:              # (n * n_seeds, C, H, W) on the expert's device
-    "Plain DDIM sampling from one expert (any diffusers UNet: RGB pixels, or latents that the caller decodes)."
+    ("Plain DDIM sampling from one expert (any diffusers UNet: RGB pixels, or latents that the "
+     "caller decodes).")
     s = ddim_scheduler([expert], num_steps)
     with torch.no_grad():
-        return ddim_loop(lambda x, t, i: (x, expert.eps(x, t)), initial_noise(n, expert.sample_shape, seed, expert.device), s)
+        return ddim_loop(
+            lambda x, t, i: (x, expert.eps(x, t)),
+            initial_noise(n, expert.sample_shape, seed, expert.device),
+            s,
+        )
 
 def check_pixel_experts(experts:Sequence[Expert], # experts sharing one sample space
                        )->tuple:                   # (C, H, W) of that space
-    "Refuse experts whose samples are not RGB images: the division's utility (section 4) is defined in pixel space."
+    ("Refuse experts whose samples are not RGB images: the division's utility (section 4) is "
+     "defined in pixel space.")
     shape = experts[0].sample_shape
     if shape[0] != 3 or experts[0].unet.config.out_channels != 3:
-        raise ValueError(f"Divide-and-Denoise here composes pixel-space RGB experts (3 channels in and out); {experts[0].name or 'this expert'!r} "
-                         f"works on {shape[0]}-channel samples, e.g. the latents of a Stable Diffusion UNet. A latent model needs its VAE "
-                         "to decode the x0 estimate before the saliency utility can be computed, and this reconstruction does not do that: "
-                         "sample it alone with `sample_single` and decode with its VAE, or pass RGB pixel-space experts")
+        raise ValueError(
+            "Divide-and-Denoise here composes pixel-space RGB experts (3 channels in and out);"
+            f" {experts[0].name or 'this expert'!r} works on {shape[0]}-channel samples, e.g. the"
+            " latents of a Stable Diffusion UNet. A latent model needs its VAE to decode the x0"
+            " estimate before the saliency utility can be computed, and this reconstruction does"
+            " not do that: sample it alone with `sample_single` and decode with its VAE, or pass"
+            " RGB pixel-space experts"
+        )
     return shape
 
 # %% ../nbs/04_divide_and_denoise.ipynb #72b33c3a
@@ -371,9 +494,12 @@ def gaussian_blur(x:Tensor,     # (B, C, H, W)
     "Separable Gaussian blur with reflect padding (radius 3σ)."
     if sigma <= 0: return x
     r = max(1, int(math.ceil(3*sigma)))
-    k = torch.exp(-torch.arange(-r, r + 1, dtype=x.dtype, device=x.device)**2/(2*sigma**2)); k = k/k.sum()
+    k = torch.exp(-torch.arange(-r, r + 1, dtype=x.dtype, device=x.device) ** 2 / (2 * sigma**2))
+    k = k / k.sum()
     B, C, H, W = x.shape
-    y = F.pad(x.reshape(B*C, 1, H, W), (r, r, r, r), mode="reflect" if min(H, W) > r else "replicate")
+    y = F.pad(
+        x.reshape(B * C, 1, H, W), (r, r, r, r), mode="reflect" if min(H, W) > r else "replicate"
+    )
     y = F.conv2d(F.conv2d(y, k.view(1, 1, 1, -1)), k.view(1, 1, -1, 1))
     return y.reshape(B, C, H, W)
 
@@ -381,14 +507,16 @@ def saliency_utility(x0_hat:Tensor,          # (B, K, C, H, W) each model's clea
                      background:float=-1.,   # background value b
                      blur_sigma:float=1.0,   # sigma_u in pixels
                      patch:int=1,            # cell side in pixels
-                     floor:float=1e-3,       # epsilon_u as a fraction of each model's largest saliency
-                    )->Tensor:               # (B, K, N) utilities u, each row sums to 1, N = (H/patch)(W/patch)
+                     floor:float=1e-3,  # epsilon_u as a fraction of each model's largest saliency
+                    )->Tensor:  # (B, K, N) utilities u, each row sums to 1, N = (H/patch)(W/patch)
     "Normalised saliency $u_{k,n}$ of every model for every cell (stand-in for cross-attention)."
-    if x0_hat.ndim != 5: raise ValueError(f"x0_hat must be (B, K, C, H, W), got shape {tuple(x0_hat.shape)}")
+    if x0_hat.ndim != 5:
+        raise ValueError(f"x0_hat must be (B, K, C, H, W), got shape {tuple(x0_hat.shape)}")
     B, K, C, H, W = x0_hat.shape
-    if patch < 1 or H % patch or W % patch: raise ValueError(f"patch={patch} must be >= 1 and divide the image size {H}x{W}")
+    if patch < 1 or H % patch or W % patch:
+        raise ValueError(f"patch={patch} must be >= 1 and divide the image size {H}x{W}")
     d = x0_hat.clamp(-1, 1) - background
-    s = (d.pow(2).sum(2) + 1e-12).sqrt()                              # (B, K, H, W) distance from background
+    s = (d.pow(2).sum(2) + 1e-12).sqrt()  # (B, K, H, W) distance from background
     s = gaussian_blur(s, blur_sigma)
     if patch > 1: s = F.avg_pool2d(s, patch)
     s = s.flatten(2)                                                   # (B, K, N)
@@ -399,23 +527,42 @@ def saliency_utility(x0_hat:Tensor,          # (B, K, C, H, W) each model's clea
 FAIRNESS = ("proportional", "envy_free", "none")
 
 def _check_alpha(alpha:float)->float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha <= 1:
-        raise ValueError(f"alpha must be in (0, 1] (1 means the full proportional share 1/K), got {alpha!r}")
+    if (
+        isinstance(alpha, bool)
+        or not isinstance(alpha, (int, float, np.floating))
+        or not 0 < alpha <= 1
+    ):
+        raise ValueError(
+            f"alpha must be in (0, 1] (1 means the full proportional share 1/K), got {alpha!r}"
+        )
     return float(alpha)
 
 def _check_kind(kind:str)->str:
-    if kind not in FAIRNESS: raise ValueError(f"fairness kind must be one of {FAIRNESS}, got {kind!r}")
+    if kind not in FAIRNESS:
+        raise ValueError(f"fairness kind must be one of {FAIRNESS}, got {kind!r}")
     return kind
 
 def check_utilities(U)->Tensor:
-    "Return `U` as a float64 tensor of shape (B, K, N), or raise an error saying what shape and values are expected."
-    if not isinstance(U, (np.ndarray, Tensor)): raise TypeError(f"utilities must be a numpy array or torch tensor, got {type(U).__name__}")
+    ("Return `U` as a float64 tensor of shape (B, K, N), or raise an error saying what shape and "
+     "values are expected.")
+    if not isinstance(U, (np.ndarray, Tensor)):
+        raise TypeError(f"utilities must be a numpy array or torch tensor, got {type(U).__name__}")
     T = torch.as_tensor(U).detach().to(torch.float64)
-    if T.ndim not in (2, 3): raise ValueError(f"utilities must have shape (K, N) or (B, K, N) (models x cells), got {tuple(T.shape)}")
+    if T.ndim not in (2, 3):
+        raise ValueError(
+            f"utilities must have shape (K, N) or (B, K, N) (models x cells), got {tuple(T.shape)}"
+        )
     if T.ndim == 2: T = T[None]
-    if T.shape[1] < 1 or T.shape[2] < 1: raise ValueError(f"utilities need at least one model and one cell, got shape {tuple(T.shape)}")
-    if not torch.isfinite(T).all() or (T < 0).any(): raise ValueError("utilities must be finite and non-negative")
-    if (T.sum(-1) <= 0).any(): raise ValueError("every model needs a positive total utility (a row of zeros has no proportional share)")
+    if T.shape[1] < 1 or T.shape[2] < 1:
+        raise ValueError(
+            f"utilities need at least one model and one cell, got shape {tuple(T.shape)}"
+        )
+    if not torch.isfinite(T).all() or (T < 0).any():
+        raise ValueError("utilities must be finite and non-negative")
+    if (T.sum(-1) <= 0).any():
+        raise ValueError(
+            "every model needs a positive total utility (a row of zeros has no proportional share)"
+        )
     return T
 
 def allocation_values(A, U)->Tensor:
@@ -430,10 +577,14 @@ def cross_values(A, U)->Tensor:
 def is_allocation(A, atol:float=1e-8)->bool:
     "True when `A` (..., K, N) is non-negative and sums to 1 over models in every cell."
     A = torch.as_tensor(A, dtype=torch.float64)
-    return bool((A >= -atol).all() and torch.allclose(A.sum(-2), torch.ones_like(A.sum(-2)), atol=atol, rtol=0))
+    return bool(
+        (A >= -atol).all()
+        and torch.allclose(A.sum(-2), torch.ones_like(A.sum(-2)), atol=atol, rtol=0)
+    )
 
 def is_proportional(A, U, alpha:float=1.0, tol:float=1e-6)->bool:
-    "True when every model gets at least $\\alpha/K$ of its total utility (in every instance of a batch)."
+    ("True when every model gets at least $\\alpha/K$ of its total utility (in every instance of a"
+     " batch).")
     U = torch.as_tensor(U, dtype=torch.float64); K = U.shape[-2]
     return bool((allocation_values(A, U) >= _check_alpha(alpha)/K*U.sum(-1) - tol).all())
 
@@ -446,25 +597,43 @@ def is_envy_free(A, U, tol:float=1e-6)->bool:
 def solve_fair_division_lp(U:np.ndarray,           # (K, N) utilities of one instance
                            kind:str="proportional", # "proportional", "envy_free" or "none"
                            alpha:float=1.0,         # share factor in (0, 1]
-                          )->tuple:                 # A (K, N), lam (K,) duals of the proportionality rows, info
+                          )->tuple:  # A (K, N), lam (K,) duals of the proportionality rows, info
     "Solve the fair-division LP exactly with scipy's HiGHS."
     _check_kind(kind); alpha = _check_alpha(alpha)
     U = check_utilities(U)
-    if U.shape[0] != 1: raise ValueError(f"solve_fair_division_lp takes one instance (K, N); got a batch of {U.shape[0]}")
+    if U.shape[0] != 1:
+        raise ValueError(
+            f"solve_fair_division_lp takes one instance (K, N); got a batch of {U.shape[0]}"
+        )
     U = U[0].numpy(); K, N = U.shape; S = U.sum(1)
     A_eq = sparse.kron(np.ones((1, K)), sparse.eye(N), format="csr")      # sum_k A_{k,n} = 1
     rows, b = [], []
     if kind in ("proportional", "envy_free"):
-        rows += [sparse.csr_matrix((-U[k], (np.zeros(N, int), k*N + np.arange(N))), shape=(1, K*N)) for k in range(K)]
+        rows += [
+            sparse.csr_matrix((-U[k], (np.zeros(N, int), k * N + np.arange(N))), shape=(1, K * N))
+            for k in range(K)
+        ]
         b += list(-alpha/K*S)                                              # V_k >= alpha/K S_k
     if kind == "envy_free":
         for k in range(K):
             for j in range(K):
                 if j == k: continue
                 cols = np.r_[j*N + np.arange(N), k*N + np.arange(N)]
-                rows.append(sparse.csr_matrix((np.r_[U[k], -U[k]], (np.zeros(2*N, int), cols)), shape=(1, K*N))); b.append(0.)
-    res = linprog(-U.ravel(), A_ub=sparse.vstack(rows) if rows else None, b_ub=np.array(b) if rows else None,
-                  A_eq=A_eq, b_eq=np.ones(N), bounds=(0, 1), method="highs")
+                rows.append(
+                    sparse.csr_matrix(
+                        (np.r_[U[k], -U[k]], (np.zeros(2 * N, int), cols)), shape=(1, K * N)
+                    )
+                )
+                b.append(0.0)
+    res = linprog(
+        -U.ravel(),
+        A_ub=sparse.vstack(rows) if rows else None,
+        b_ub=np.array(b) if rows else None,
+        A_eq=A_eq,
+        b_eq=np.ones(N),
+        bounds=(0, 1),
+        method="highs",
+    )
     if res.status != 0: raise RuntimeError(f"HiGHS failed: {res.message}")
     A = res.x.reshape(K, N)
     lam = -res.ineqlin.marginals[:K] if rows else np.zeros(K)
@@ -472,26 +641,30 @@ def solve_fair_division_lp(U:np.ndarray,           # (K, N) utilities of one ins
 
 # %% ../nbs/04_divide_and_denoise.ipynb #54bc8c3c
 def _lift(A:Tensor, U:Tensor, target:Tensor, transfer:bool=True, passes:int=60)->Tensor:
-    "Feasibility repair: give short-changed models more, cheapest cells first (`transfer`), then by mixing in $e_k$."
+    ("Feasibility repair: give short-changed models more, cheapest cells first (`transfer`), then "
+     "by mixing in $e_k$.")
     B, K, N = U.shape
     for p in range(passes):
         V = (A*U).sum(-1)
-        d, k = ((target - V)/target.clamp_min(1e-300)).max(-1)        # largest relative deficit and its model, (B,)
+        # largest relative deficit and its model, (B,)
+        d, k = ((target - V)/target.clamp_min(1e-300)).max(-1)
         if (d <= 1e-12).all(): break
         d = d.clamp_min(0)*target.gather(1, k[:, None])[:, 0]           # absolute deficit
         onehot = F.one_hot(k, K).to(A.dtype)[..., None]                # (B, K, 1)
-        if transfer and p < 2*K:                                       # move whole cells to k by gain per loss
+        if transfer and p < 2*K:  # move whole cells to k by gain per loss
             Ak, uk = (A*onehot).sum(1), (U*onehot).sum(1)              # (B, N)
             gain, loss = uk*(1 - Ak), (A*U).sum(1) - Ak*uk
             ratio = torch.where(gain > 0, gain/(loss + 1e-300), torch.full_like(gain, -1.))
             order = ratio.argsort(1, descending=True)
             g = gain.gather(1, order); cum = g.cumsum(1)
             f = ((d[:, None] - (cum - g))/g.clamp_min(1e-300)).clamp(0, 1)*(d > 0)[:, None]
-            f = torch.zeros_like(f).scatter(1, order, f)               # fraction of each cell handed to k
+            f = torch.zeros_like(f).scatter(1, order, f)  # fraction of each cell handed to k
             A = (1 - f)[:, None, :]*A + f[:, None, :]*onehot
-        else:                                                          # A <- (1-theta) A + theta e_k
+        else:  # A <- (1-theta) A + theta e_k
             Sk, Vk = (U.sum(-1)*onehot[..., 0]).sum(1), (V*onehot[..., 0]).sum(1)
-            theta = torch.where(d > 0, d/(Sk - Vk).clamp_min(1e-300), torch.zeros_like(d)).clamp(0, 1)
+            theta = torch.where(d > 0, d / (Sk - Vk).clamp_min(1e-300), torch.zeros_like(d)).clamp(
+                0, 1
+            )
             A = (1 - theta)[:, None, None]*A + theta[:, None, None]*onehot
     return A
 
@@ -502,61 +675,97 @@ def solve_fair_division_entropic(U,                       # (B, K, N) or (K, N) 
                                  iters:int=300,           # dual-ascent iterations (card §2.4)
                                  eta0:float=0.5,          # dual step size eta_0 (card §2.2 pilot)
                                  lam0:Tensor|None=None,   # (B, K) warm start of lambda
-                                 mu0:Tensor|None=None,    # (B, K, K) warm start of the envy multipliers
-                                 polish:bool=True,        # proportional: repair, and also try the hard allocations of lambda
+                                 # (B, K, K) warm start of the envy multipliers
+                                 mu0:Tensor|None=None,
+                                 # proportional: repair, and also try the hard allocations of lambda
+                                 polish:bool=True,
                                 )->tuple:                 # A (B, K, N) float64, lam (B, K), info
     "Batched entropic dual ascent for the fair-division LP (torch; runs on the utilities' device)."
-    if kind not in ("proportional", "envy_free"): raise ValueError(f"the entropic solver handles 'proportional' and 'envy_free', got {kind!r}")
+    if kind not in ("proportional", "envy_free"):
+        raise ValueError(
+            f"the entropic solver handles 'proportional' and 'envy_free', got {kind!r}"
+        )
     alpha = _check_alpha(alpha)
-    if tau <= 0 or iters < 1: raise ValueError(f"tau must be > 0 and iters >= 1, got tau={tau}, iters={iters}")
+    if tau <= 0 or iters < 1:
+        raise ValueError(f"tau must be > 0 and iters >= 1, got tau={tau}, iters={iters}")
     dev = U.device if isinstance(U, Tensor) else "cpu"
     U = check_utilities(U).to(dev); B, K, N = U.shape
     S = U.sum(-1)                                                      # (B, K) each model's total
-    c = (N/S.mean(-1))[:, None, None]/tau                              # scale: N u / tau for normalised u
-    lam = torch.zeros(B, K, dtype=U.dtype, device=dev) if lam0 is None else lam0.to(dev, U.dtype).clone()
+    c = (N/S.mean(-1))[:, None, None]/tau  # scale: N u / tau for normalised u
+    lam = (
+        torch.zeros(B, K, dtype=U.dtype, device=dev)
+        if lam0 is None
+        else lam0.to(dev, U.dtype).clone()
+    )
     ef = kind == "envy_free"
-    mu = (torch.zeros(B, K, K, dtype=U.dtype, device=dev) if mu0 is None else mu0.to(dev, U.dtype).clone()) if ef else None
+    mu = (
+        (
+            torch.zeros(B, K, K, dtype=U.dtype, device=dev)
+            if mu0 is None
+            else mu0.to(dev, U.dtype).clone()
+        )
+        if ef
+        else None
+    )
     off = 1 - torch.eye(K, dtype=U.dtype, device=dev)
     A_bar, lam_bar = torch.zeros_like(U), torch.zeros_like(lam)
     for i in range(1, iters + 1):
         logits = (1 + lam)[..., None]*U
         if ef: logits = logits + mu.sum(-1)[..., None]*U - torch.einsum("bjk,bjn->bkn", mu, U)
-        A = torch.softmax(c*logits, dim=1)                             # best response A(lambda), (B, K, N)
+        A = torch.softmax(c*logits, dim=1)  # best response A(lambda), (B, K, N)
         A_bar += (A - A_bar)/i; lam_bar += (lam - lam_bar)/i           # running averages
         V = (A*U).sum(-1)
         step = eta0/math.sqrt(i)
         lam = (lam + step*(alpha - K*V/S)).clamp_min(0)                # proportionality multipliers
         if ef:
-            W = U @ A.transpose(1, 2)                                  # W[k, j]: k's value of j's share
+            W = U @ A.transpose(1, 2)  # W[k, j]: k's value of j's share
             mu = ((mu + step*K*(W - V[..., None])/S[..., None])*off).clamp_min(0)
     A = A_bar
-    if polish and not ef:                                              # best feasible of: average, hard argmax at lambda
+    if polish and not ef:  # best feasible of: average, hard argmax at lambda
         target = alpha/K*S
-        cands = [A_bar] + [F.one_hot(((1 + l)[..., None]*U).argmax(1), K).transpose(1, 2).to(U.dtype) for l in (lam, lam_bar)]
+        cands = [A_bar] + [
+            F.one_hot(((1 + l)[..., None] * U).argmax(1), K).transpose(1, 2).to(U.dtype)
+            for l in (lam, lam_bar)
+        ]
         cands = torch.stack([_lift(a, U, target) for a in cands])      # (3, B, K, N)
         obj = (cands*U).sum((-1, -2))                                  # (3, B)
         A = cands.gather(0, obj.argmax(0)[None, :, None, None].expand(1, B, K, N))[0]
     V = (A*U).sum(-1)
-    return A, lam, dict(objective=V.sum(-1), slack=V - alpha/K*S, mu=mu, solver="entropic", tau=tau, iters=iters)
+    return (
+        A,
+        lam,
+        dict(
+            objective=V.sum(-1),
+            slack=V - alpha / K * S,
+            mu=mu,
+            solver="entropic",
+            tau=tau,
+            iters=iters,
+        ),
+    )
 
 # %% ../nbs/04_divide_and_denoise.ipynb #1ee8a30e
 def solve_fair_division(U,                        # (K, N) or (B, K, N) utilities, numpy or torch
-                        kind:str="proportional",  # "proportional", "envy_free" or "none" (per-cell argmax)
+                        # "proportional", "envy_free" or "none" (per-cell argmax)
+                        kind:str="proportional",
                         alpha:float=1.0,          # share factor in (0, 1]
-                        solver:str="auto",        # "entropic", "lp" (HiGHS, one instance at a time) or "auto"
+                        # "entropic", "lp" (HiGHS, one instance at a time) or "auto"
+                        solver:str="auto",
                         tau:float=0.02,           # entropic temperature
                         iters:int=300,            # entropic iterations
                         lam0=None,                # (B, K) warm start (entropic)
                         eta0:float=0.5,           # entropic dual step
-                       )->tuple:                  # A like U (numpy in, numpy out), lam (B, K) or (K,), info dict
-    "Maximise total utility under proportional (or envy-free) fairness; `auto` is entropic for proportional, LP for envy-free."
+                       )->tuple:  # A like U (numpy in, numpy out), lam (B, K) or (K,), info dict
+    ("Maximise total utility under proportional (or envy-free) fairness; `auto` is entropic for "
+     "proportional, LP for envy-free.")
     _check_kind(kind); alpha = _check_alpha(alpha)
-    if solver not in ("auto", "entropic", "lp"): raise ValueError(f"solver must be 'auto', 'entropic' or 'lp', got {solver!r}")
+    if solver not in ("auto", "entropic", "lp"):
+        raise ValueError(f"solver must be 'auto', 'entropic' or 'lp', got {solver!r}")
     was_np, single = isinstance(U, np.ndarray), getattr(U, "ndim", 0) == 2
     T = check_utilities(U)
     if isinstance(U, Tensor): T = T.to(U.device)
     B, K, N = T.shape
-    if kind == "none":                                                 # per-cell argmax (ties: lowest index)
+    if kind == "none":  # per-cell argmax (ties: lowest index)
         A = F.one_hot(T.argmax(1), K).transpose(1, 2).to(T.dtype)
         lam, info = torch.zeros(B, K, dtype=T.dtype, device=T.device), dict(solver="argmax")
     elif solver == "lp" or (solver == "auto" and kind == "envy_free"):
@@ -567,8 +776,21 @@ def solve_fair_division(U,                        # (K, N) or (B, K, N) utilitie
         A, lam, info = solve_fair_division_entropic(T, kind, alpha, tau, iters, eta0, lam0)
     V = (A*T).sum(-1)
     info = {**info, "objective": V.sum(-1), "slack": V - alpha/K*T.sum(-1)}
-    if single: A, lam, info = A[0], lam[0], {k: v[0] if isinstance(v, Tensor) and v.ndim and v.shape[0] == B else v for k, v in info.items()}
-    if was_np: A, lam, info = A.cpu().numpy(), lam.cpu().numpy(), {k: v.cpu().numpy() if isinstance(v, Tensor) else v for k, v in info.items()}
+    if single:
+        A, lam, info = (
+            A[0],
+            lam[0],
+            {
+                k: v[0] if isinstance(v, Tensor) and v.ndim and v.shape[0] == B else v
+                for k, v in info.items()
+            },
+        )
+    if was_np:
+        A, lam, info = (
+            A.cpu().numpy(),
+            lam.cpu().numpy(),
+            {k: v.cpu().numpy() if isinstance(v, Tensor) else v for k, v in info.items()},
+        )
     return A, lam, info
 
 # %% ../nbs/04_divide_and_denoise.ipynb #b9f06d78
@@ -596,7 +818,8 @@ def alignment_step(experts:Sequence[Callable], # K noise predictors
                    A:Tensor,                   # (B, K, N) allocation, held fixed
                    gamma:float,                # step size gamma
                    grad_floor:float=1e-6,      # floor of rms(g)
-                   graph:tuple|None=None,      # (x with requires_grad, U computed from it): reuse that forward pass
+                   # (x with requires_grad, U computed from it): reuse that forward pass
+                   graph:tuple|None=None,
                    **utility_kw,               # background, blur_sigma, patch
                   )->tuple:                    # new x (B, C, H, W), energy before the step (B,)
     "One normalised gradient step on the misalignment energy $E(x_t)$."
@@ -618,7 +841,11 @@ def allocation_masks(A:Tensor,     # (B, K, N) allocation on the cell grid
                     )->Tensor:     # (B, K, H, W) masks summing to 1 in every pixel
     "Per-pixel composition weights from the allocation."
     B, K, N = A.shape; H, W = size
-    if N != (H//patch)*(W//patch): raise ValueError(f"allocation has {N} cells but a {H}x{W} image with patch={patch} has {(H//patch)*(W//patch)}")
+    if N != (H // patch) * (W // patch):
+        raise ValueError(
+            f"allocation has {N} cells but a {H}x{W} image with patch={patch} has"
+            f" {(H//patch)*(W//patch)}"
+        )
     M = A.reshape(B, K, H//patch, W//patch).float()
     if patch > 1: M = M.repeat_interleave(patch, 2).repeat_interleave(patch, 3)
     if blur > 0: M = gaussian_blur(M, blur)
@@ -632,50 +859,88 @@ def composite_eps(eps:Tensor,   # (B, K, C, H, W) noise predictions
 
 # %% ../nbs/04_divide_and_denoise.ipynb #2d10202b
 class DivideAndDenoiseSampler:
-    "Compose K diffusion models by fair division of the sample at every step, alignment guidance and masked composition."
+    ("Compose K diffusion models by fair division of the sample at every step, alignment guidance "
+     "and masked composition.")
     def __init__(self, experts:Sequence[Expert],  # K experts sharing one noise schedule
                  num_steps:int=20,                # DDIM steps
-                 fairness:str="proportional",     # "proportional", "envy_free" or "none" (argmax ablation)
+                 # "proportional", "envy_free" or "none" (argmax ablation)
+                 fairness:str="proportional",
                  alpha:float=1.0,                 # share factor in (0, 1]
                  guidance_scale:float=0.1,        # gamma (0 turns alignment off)
                  n_align:int=1,                   # alignment steps per timestep
                  utility_blur:float=1.0,          # sigma_u in pixels
                  mask_blur:float=0.7,             # sigma_A in pixels
                  patch:int=1,                     # allocation cell side in pixels
-                 smoothing:float=1.0,             # rho: weight of the new solution (1: no smoothing)
-                 freeze_frac:float=0.0,           # freeze the allocation after this fraction of steps (0: never)
+                 smoothing:float=1.0,  # rho: weight of the new solution (1: no smoothing)
+                 # freeze the allocation after this fraction of steps (0: never)
+                 freeze_frac:float=0.0,
                  solver:str="auto",               # see `solve_fair_division`
                  tau:float=0.02,                  # entropic temperature
                  iters:int=300,                   # entropic iterations per step
-                 fixed_allocation:Tensor|None=None, # (K, N) or (B, K, N): use these masks, no division
+                 # (K, N) or (B, K, N): use these masks, no division
+                 fixed_allocation:Tensor|None=None,
                  grad_floor:float=1e-6,           # see `alignment_step`
                 ):
         if not experts: raise ValueError("pass at least one expert")
         self.experts, self.K = list(experts), len(experts)
-        self.scheduler = ddim_scheduler(self.experts, num_steps)           # also checks the shared schedule and sample shape
-        _, self.res, w = check_pixel_experts(self.experts)                 # RGB pixel space; a latent UNet is refused, with the reason
+        # also checks the shared schedule and sample shape
+        self.scheduler = ddim_scheduler(self.experts, num_steps)
+        # RGB pixel space; a latent UNet is refused, with the reason
+        _, self.res, w = check_pixel_experts(self.experts)
         if w != self.res: raise ValueError(f"experts must make square images, got {self.res}x{w}")
         _check_kind(fairness); _check_alpha(alpha)
-        if guidance_scale < 0 or n_align < 0: raise ValueError(f"guidance_scale and n_align must be >= 0, got {guidance_scale}, {n_align}")
-        if not 0 < smoothing <= 1: raise ValueError(f"smoothing (rho) must be in (0, 1], got {smoothing}")
-        if not 0 <= freeze_frac <= 1: raise ValueError(f"freeze_frac must be in [0, 1], got {freeze_frac}")
-        if patch < 1 or self.res % patch: raise ValueError(f"patch={patch} must divide the image side {self.res}")
+        if guidance_scale < 0 or n_align < 0:
+            raise ValueError(
+                f"guidance_scale and n_align must be >= 0, got {guidance_scale}, {n_align}"
+            )
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing (rho) must be in (0, 1], got {smoothing}")
+        if not 0 <= freeze_frac <= 1:
+            raise ValueError(f"freeze_frac must be in [0, 1], got {freeze_frac}")
+        if patch < 1 or self.res % patch:
+            raise ValueError(f"patch={patch} must divide the image side {self.res}")
         self.N = (self.res//patch)**2
         if fixed_allocation is not None:
             fa = torch.as_tensor(fixed_allocation, dtype=torch.float32)
             if fa.ndim == 2: fa = fa[None]
             if fa.ndim != 3 or fa.shape[1:] != (self.K, self.N):
-                raise ValueError(f"fixed_allocation must be (K, N) = ({self.K}, {self.N}) or (B, K, N), got {tuple(torch.as_tensor(fixed_allocation).shape)}")
-            if not is_allocation(fa, atol=1e-5): raise ValueError("fixed_allocation must be non-negative and sum to 1 over models in every cell")
+                raise ValueError(
+                    f"fixed_allocation must be (K, N) = ({self.K}, {self.N}) or (B, K, N), got"
+                    f" {tuple(torch.as_tensor(fixed_allocation).shape)}"
+                )
+            if not is_allocation(fa, atol=1e-5):
+                raise ValueError(
+                    "fixed_allocation must be non-negative and sum to 1 over models in every cell"
+                )
             fixed_allocation = fa
-        self.num_steps, self.fairness, self.alpha, self.gamma, self.n_align = num_steps, fairness, alpha, guidance_scale, n_align
+        self.num_steps, self.fairness, self.alpha, self.gamma, self.n_align = (
+            num_steps,
+            fairness,
+            alpha,
+            guidance_scale,
+            n_align,
+        )
         self.utility_kw = dict(blur_sigma=utility_blur, patch=patch)
-        self.mask_blur, self.patch, self.rho, self.freeze_frac = mask_blur, patch, smoothing, freeze_frac
-        self.solver, self.tau, self.iters, self.fixed, self.grad_floor = solver, tau, iters, fixed_allocation, grad_floor
+        self.mask_blur, self.patch, self.rho, self.freeze_frac = (
+            mask_blur,
+            patch,
+            smoothing,
+            freeze_frac,
+        )
+        self.solver, self.tau, self.iters, self.fixed, self.grad_floor = (
+            solver,
+            tau,
+            iters,
+            fixed_allocation,
+            grad_floor,
+        )
 
     def __repr__(self):
-        return (f"DivideAndDenoiseSampler(K={self.K}, steps={self.num_steps}, fairness={self.fairness!r}, alpha={self.alpha}, "
-                f"gamma={self.gamma}, patch={self.patch}, fixed={self.fixed is not None})")
+        return (
+            f"DivideAndDenoiseSampler(K={self.K}, steps={self.num_steps},"
+            f" fairness={self.fairness!r}, alpha={self.alpha}, gamma={self.gamma},"
+            f" patch={self.patch}, fixed={self.fixed is not None})"
+        )
 
 # %% ../nbs/04_divide_and_denoise.ipynb #88a5048a
 @patch
@@ -684,10 +949,22 @@ def _division(self:DivideAndDenoiseSampler, U:Tensor, i:int, state:dict)->Tensor
     "Step 2: the allocation for this timestep (solved, smoothed or frozen), recording the trace."
     B = U.shape[0]
     if self.fixed is not None: return self.fixed.to(U.device).expand(B, -1, -1).double()
-    frozen = self.freeze_frac > 0 and i >= math.ceil(self.freeze_frac*self.num_steps) and state.get("A") is not None
+    frozen = (
+        self.freeze_frac > 0
+        and i >= math.ceil(self.freeze_frac * self.num_steps)
+        and state.get("A") is not None
+    )
     if frozen: A = state["A"]
     else:
-        A, lam, _ = solve_fair_division(U.double(), self.fairness, self.alpha, self.solver, self.tau, self.iters, lam0=state.get("lam"))
+        A, lam, _ = solve_fair_division(
+            U.double(),
+            self.fairness,
+            self.alpha,
+            self.solver,
+            self.tau,
+            self.iters,
+            lam0=state.get("lam"),
+        )
         state["lam"] = lam
         if self.rho < 1 and state.get("A") is not None: A = (1 - self.rho)*state["A"] + self.rho*A
     state["A"] = A
@@ -698,7 +975,8 @@ def _division(self:DivideAndDenoiseSampler, U:Tensor, i:int, state:dict)->Tensor
 def sample(self:DivideAndDenoiseSampler,
            n:int,                     # images per seed
            seed:int|Sequence[int]=0,  # seed(s); each seed's batch is drawn from its own generator
-           return_trace:bool=False,   # also return allocations, utilities, values and energies per step
+           # also return allocations, utilities, values and energies per step
+           return_trace:bool=False,
           ):                          # (n * n_seeds, 3, H, W) on the experts' device [, trace]
     "Sample with Divide-and-Denoise."
     dev = self.experts[0].device
@@ -710,28 +988,50 @@ def sample(self:DivideAndDenoiseSampler,
     def step(x, t, i):
         ab = alphas[int(t)].item()
         graph = None
-        if guided:                                                                            # 1. utilities, keeping the graph
+        if guided:  # 1. utilities, keeping the graph
             with torch.enable_grad():
                 x_ = x.detach().requires_grad_(True)
                 eps, U_g = expert_utilities(self.experts, x_, t, ab, **self.utility_kw)
             graph, U = (x_, U_g), U_g.detach()
         elif need_u: eps, U = expert_utilities(self.experts, x, t, ab, **self.utility_kw)
         else: eps, U = torch.stack([e.eps(x, t) for e in self.experts], 1), None
-        A = self._division(U, i, state) if U is not None else self.fixed.to(dev).expand(len(x), -1, -1)  # 2. division
+        A = (
+            self._division(U, i, state)
+            if U is not None
+            else self.fixed.to(dev).expand(len(x), -1, -1)
+        )  # 2. division
         if return_trace:
-            tr["A"].append(A.float().cpu()); tr["U"].append(U.float().cpu()); tr["V"].append(allocation_values(A, U).float().cpu())
-            tr["lam"].append(state["lam"].float().cpu() if "lam" in state else torch.zeros(len(x), self.K))
-        if guided:                                                                            # 3. alignment
+            tr["A"].append(A.float().cpu())
+            tr["U"].append(U.float().cpu())
+            tr["V"].append(allocation_values(A, U).float().cpu())
+            tr["lam"].append(
+                state["lam"].float().cpu() if "lam" in state else torch.zeros(len(x), self.K)
+            )
+        if guided:  # 3. alignment
             for j in range(self.n_align):
-                x, E0j = alignment_step(self.experts, x, t, ab, A, self.gamma, self.grad_floor, graph if j == 0 else None, **self.utility_kw)
+                x, E0j = alignment_step(
+                    self.experts,
+                    x,
+                    t,
+                    ab,
+                    A,
+                    self.gamma,
+                    self.grad_floor,
+                    graph if j == 0 else None,
+                    **self.utility_kw
+                )
                 if j == 0: E0 = E0j
             eps, U1 = expert_utilities(self.experts, x, t, ab, **self.utility_kw)
-            if return_trace: tr["E_before"].append(E0.float().cpu()); tr["E_after"].append(alignment_energy(A, U1).float().cpu())
+            if return_trace:
+                tr["E_before"].append(E0.float().cpu())
+                tr["E_after"].append(alignment_energy(A, U1).float().cpu())
         elif return_trace:
-            E = alignment_energy(A, U).float().cpu(); tr["E_before"].append(E); tr["E_after"].append(E)
-        M = allocation_masks(A, (self.res, self.res), self.patch, self.mask_blur)              # 4. composition
+            E = alignment_energy(A, U).float().cpu()
+            tr["E_before"].append(E)
+            tr["E_after"].append(E)
+        M = allocation_masks(A, (self.res, self.res), self.patch, self.mask_blur)  # 4. composition
         return x, composite_eps(eps.detach(), M)
-    x = ddim_loop(step, x_T, self.scheduler, desc=f"DnD {self.fairness}")                    # 5. DDIM steps
+    x = ddim_loop(step, x_T, self.scheduler, desc=f"DnD {self.fairness}")  # 5. DDIM steps
     if not return_trace: return x
     trace = {k: torch.stack(v) for k, v in tr.items() if v}          # (S, B, ...) per step
     trace["timesteps"] = self.scheduler.timesteps.clone()
@@ -739,11 +1039,15 @@ def sample(self:DivideAndDenoiseSampler,
     return x, trace
 
 # %% ../nbs/04_divide_and_denoise.ipynb #f3573f7d
-def _composed(experts:Sequence[Expert], n:int, seed, num_steps:int, combine:Callable, desc:str)->Tensor:
+def _composed(
+    experts: Sequence[Expert], n: int, seed, num_steps: int, combine: Callable, desc: str
+) -> Tensor:
     s = ddim_scheduler(experts, num_steps)
     x_T = initial_noise(n, experts[0].sample_shape, seed, experts[0].device)
     with torch.no_grad():
-        return ddim_loop(lambda x, t, i: (x, combine([e.eps(x, t) for e in experts])), x_T, s, desc=desc)
+        return ddim_loop(
+            lambda x, t, i: (x, combine([e.eps(x, t) for e in experts])), x_T, s, desc=desc
+        )
 
 def sample_average(experts:Sequence[Expert], n:int, seed=0, num_steps:int=20)->Tensor:
     "Score averaging: $\\hat\\epsilon = \\frac1K\\sum_k\\epsilon_k$."
@@ -754,13 +1058,15 @@ def sample_composable(base:Expert,               # unconditional (any-shape) mod
                       n:int, seed=0, num_steps:int=20,
                       w:float=1.0,               # weight of every concept direction
                      )->Tensor:
-    "Composable Diffusion's AND: $\\hat\\epsilon = \\epsilon_{base} + w\\sum_k(\\epsilon_k - \\epsilon_{base})$."
+    ("Composable Diffusion's AND: $\\hat\\epsilon = \\epsilon_{base} + w\\sum_k(\\epsilon_k - "
+     "\\epsilon_{base})$.")
     def combine(e): return e[0] + w*sum(ek - e[0] for ek in e[1:])
     return _composed([base, *experts], n, seed, num_steps, combine, "composable")
 
 def fixed_layout(K:int,                 # number of models
                  grid:int,              # cells per side
-                 layout:str="halves_lr", # "halves_lr" (vertical strips, left to right) or "halves_tb" (horizontal strips)
+                 # "halves_lr" (vertical strips, left to right) or "halves_tb" (horizontal strips)
+                 layout:str="halves_lr",
                 )->Tensor:              # (K, grid*grid) one-hot allocation
     "Hand-set MultiDiffusion regions: K equal strips."
     if layout in ("halves", "halves_lr"): idx = torch.arange(grid)[None, :].expand(grid, grid)
@@ -771,15 +1077,21 @@ def fixed_layout(K:int,                 # number of models
 
 def sample_multidiffusion_fixed(experts:Sequence[Expert], n:int, seed=0, num_steps:int=20,
                                 layout:str="halves_lr",  # see `fixed_layout`
-                                mask_blur:float=0.0,     # hard masks, as MultiDiffusion's region masks
+                                mask_blur:float=0.0,  # hard masks, as MultiDiffusion's region masks
                                )->Tensor:
     "MultiDiffusion with fixed, user-given regions (no division, no guidance)."
     A = fixed_layout(len(experts), check_pixel_experts(experts)[1], layout)
-    return DivideAndDenoiseSampler(experts, num_steps, guidance_scale=0, mask_blur=mask_blur, fixed_allocation=A).sample(n, seed)
+    return DivideAndDenoiseSampler(
+        experts, num_steps, guidance_scale=0, mask_blur=mask_blur, fixed_allocation=A
+    ).sample(n, seed)
 
-def sample_argmax_allocation(experts:Sequence[Expert], n:int, seed=0, num_steps:int=20, return_trace:bool=False, **kw):
+def sample_argmax_allocation(
+    experts: Sequence[Expert], n: int, seed=0, num_steps: int = 20, return_trace: bool = False, **kw
+):
     "Divide-and-Denoise without the fairness constraint (every cell to its highest-utility model)."
-    return DivideAndDenoiseSampler(experts, num_steps, fairness="none", **kw).sample(n, seed, return_trace=return_trace)
+    return DivideAndDenoiseSampler(experts, num_steps, fairness="none", **kw).sample(
+        n, seed, return_trace=return_trace
+    )
 
 # %% ../nbs/04_divide_and_denoise.ipynb #0b22d8a4
 @dataclass
@@ -796,21 +1108,39 @@ COLOR_CLASSES = (*PALETTE, "other")
 SHAPE_CLASSES = (*SHAPES, "junk")
 
 def _to_np(img)->np.ndarray:
-    a = img.detach().float().cpu().numpy() if isinstance(img, Tensor) else np.asarray(img, np.float32)
-    if a.ndim != 3 or a.shape[0] != 3: raise ValueError(f"an image must be (3, H, W) in [-1, 1], got shape {a.shape}")
+    a = (
+        img.detach().float().cpu().numpy()
+        if isinstance(img, Tensor)
+        else np.asarray(img, np.float32)
+    )
+    if a.ndim != 3 or a.shape[0] != 3:
+        raise ValueError(f"an image must be (3, H, W) in [-1, 1], got shape {a.shape}")
     return a
 
 def _moments(w:np.ndarray)->np.ndarray:
-    "Scale-normalised central moments of a soft mask up to order 4 (shape descriptors), and its centroid in the box."
+    ("Scale-normalised central moments of a soft mask up to order 4 (shape descriptors), and its "
+     "centroid in the box.")
     h, wd = w.shape; yy, xx = np.mgrid[:h, :wd] + 0.5
     A = max(w.sum(), 1e-6); cy, cx = (w*yy).sum()/A, (w*xx).sum()/A
     dy, dx = yy - cy, xx - cx
     mu = lambda p, q: (w*dx**p*dy**q).sum()/A**(1 + (p + q)/2)
-    return np.r_[mu(2, 0) + mu(0, 2), mu(2, 0) - mu(0, 2), mu(1, 1), mu(0, 3), mu(3, 0), mu(2, 1), mu(1, 2),
-                 mu(4, 0) + mu(0, 4), mu(2, 2), cy/h, cx/wd]
+    return np.r_[
+        mu(2, 0) + mu(0, 2),
+        mu(2, 0) - mu(0, 2),
+        mu(1, 1),
+        mu(0, 3),
+        mu(3, 0),
+        mu(2, 1),
+        mu(1, 2),
+        mu(4, 0) + mu(0, 4),
+        mu(2, 2),
+        cy / h,
+        cx / wd,
+    ]
 
 def relative_position(box_a:tuple, box_b:tuple, threshold:float=0.1)->set:
-    "GenEval's relation of box A to box B ('left of', 'right of', 'above', 'below'), after shrinking by 0.1 x their sizes."
+    ("GenEval's relation of box A to box B ('left of', 'right of', 'above', 'below'), after "
+     "shrinking by 0.1 x their sizes.")
     boxes = np.array([box_a, box_b], float)[:, :4].reshape(2, 2, 2)
     centre_a, centre_b = boxes.mean(-2)
     dim_a, dim_b = np.abs(np.diff(boxes, axis=-2))[..., 0, :]
@@ -818,19 +1148,36 @@ def relative_position(box_a:tuple, box_b:tuple, threshold:float=0.1)->set:
     revised = np.maximum(np.abs(offset) - threshold*(dim_a + dim_b), 0)*np.sign(offset)
     if np.all(np.abs(revised) < 1e-3): return set()
     dx, dy = revised/np.linalg.norm(offset)
-    return {r for r, c in (("left of", dx < -0.5), ("right of", dx > 0.5), ("above", dy < -0.5), ("below", dy > 0.5)) if c}
+    return {
+        r
+        for r, c in (
+            ("left of", dx < -0.5),
+            ("right of", dx > 0.5),
+            ("above", dy < -0.5),
+            ("below", dy > 0.5),
+        )
+        if c
+    }
 
 def evaluate_detections(dets:Sequence[Detection], # detections of one image
-                        spec:dict,                # {"tag", "include": [{"class", "count", "color"?, "position"?}], "exclude": [...]}
+                        # {"tag", "include": [{"class", "count", "color"?, "position"?}], "exclude":
+                        # [...]}
+                        spec:dict,
                         threshold:float=0.3,      # GenEval's confidence threshold
                         counting_threshold:float=0.9, # ... for tag "counting"
                         max_objects:int=16,       # per class
                        )->tuple:                  # (correct, reason)
-    "GenEval's clause logic on a list of detections: includes ANDed, excludes ORed, colour on the most confident objects."
+    ("GenEval's clause logic on a list of detections: includes ANDed, excludes ORed, colour on the"
+     " most confident objects.")
     thr = counting_threshold if spec.get("tag") == "counting" else threshold
     objects = {}
     for d in sorted(dets, key=lambda d: -d.shape_prob):
-        if d.shape != "junk" and d.shape_prob > thr and len(objects.setdefault(d.shape, [])) < max_objects: objects[d.shape].append(d)
+        if (
+            d.shape != "junk"
+            and d.shape_prob > thr
+            and len(objects.setdefault(d.shape, [])) < max_objects
+        ):
+            objects[d.shape].append(d)
     correct, reason, groups = True, [], []
     for req in spec.get("include", []):
         cls, cnt, matched = req["class"], req["count"], True
@@ -841,28 +1188,45 @@ def evaluate_detections(dets:Sequence[Detection], # detections of one image
             if "color" in req:
                 cols = [d.color for d in found]
                 if cols.count(req["color"]) < cnt:
-                    correct = matched = False; reason.append(f"expected {req['color']} {cls}>={cnt}, found {cols}")
+                    correct = matched = False
+                    reason.append(f"expected {req['color']} {cls}>={cnt}, found {cols}")
             if "position" in req and matched:
                 rel, target = req["position"]
-                if groups[target] is None: correct = matched = False; reason.append(f"no target for {cls} to be {rel}")
-                elif any(rel not in relative_position(o.bbox, g.bbox) for o in found for g in groups[target]):
-                    correct = matched = False; reason.append(f"expected {cls} {rel} target")
+                if groups[target] is None:
+                    correct = matched = False
+                    reason.append(f"no target for {cls} to be {rel}")
+                elif any(
+                    rel not in relative_position(o.bbox, g.bbox)
+                    for o in found
+                    for g in groups[target]
+                ):
+                    correct = matched = False
+                    reason.append(f"expected {cls} {rel} target")
         groups.append(found if matched else None)
     for req in spec.get("exclude", []):
         if len(objects.get(req["class"], [])) >= req["count"]:
-            correct = False; reason.append(f"expected {req['class']}<{req['count']}, found {len(objects[req['class']])}")
+            correct = False
+            reason.append(
+                f"expected {req['class']}<{req['count']}, found {len(objects[req['class']])}"
+            )
     return correct, "\n".join(reason)
 
 # %% ../nbs/04_divide_and_denoise.ipynb #f9ab3383
 class MiniGenEval:
     "GenEval's scoring rules on top of connected components and two small scikit-learn classifiers."
     def __init__(self, fg_threshold:float=0.35, # foreground: max channel in [0, 1] above this
-                 min_area:int|None=None,      # smallest component kept; None: 4 px up to 16x16 canvases, else 10
+                 # smallest component kept; None: 4 px up to 16x16 canvases, else 10
+                 min_area:int|None=None,
                  threshold:float=0.3,         # GenEval's detection confidence
                  counting_threshold:float=0.9, # ... for counting prompts
                  max_objects:int=16,          # per class
                  crop:int=12):                # side of the resized shape crop
-        self.fg, self.min_area, self.thr, self.cthr = fg_threshold, min_area, threshold, counting_threshold
+        self.fg, self.min_area, self.thr, self.cthr = (
+            fg_threshold,
+            min_area,
+            threshold,
+            counting_threshold,
+        )
         self.max_objects, self.crop, self.res = max_objects, crop, None
 
     def _components(self, a:np.ndarray)->list:
@@ -878,33 +1242,56 @@ class MiniGenEval:
             h, w = m.shape; s = max(h, w) + 2
             sq = np.zeros((s, s), np.float32)
             sq[(s - h)//2:(s - h)//2 + h, (s - w)//2:(s - w)//2 + w] = np.where(m, fgmap[sl], 0)
-            z = ndimage.zoom(sq, self.crop/s, order=1, grid_mode=True, mode="nearest")[:self.crop, :self.crop]
+            z = ndimage.zoom(sq, self.crop / s, order=1, grid_mode=True, mode="nearest")[
+                : self.crop, : self.crop
+            ]
             z = np.pad(z, ((0, self.crop - z.shape[0]), (0, self.crop - z.shape[1])))
-            f_shape = np.r_[z.ravel()/max(z.max(), 1e-6), area/(h*w), w/h, area/(H*W)*10, 10*_moments(np.where(m, fgmap[sl], 0))]
+            f_shape = np.r_[
+                z.ravel() / max(z.max(), 1e-6),
+                area / (h * w),
+                w / h,
+                area / (H * W) * 10,
+                10 * _moments(np.where(m, fgmap[sl], 0)),
+            ]
             rgb = inten[:, sl[0], sl[1]][:, m].mean(1)
             f_col = np.r_[rgb, rgb/max(rgb.max(), 1e-6)]
-            out.append((f_shape, f_col, (sl[1].start, sl[0].start, sl[1].stop - 1, sl[0].stop - 1), area))
+            out.append(
+                (f_shape, f_col, (sl[1].start, sl[0].start, sl[1].stop - 1, sl[0].stop - 1), area)
+            )
         return out
 
     def __repr__(self): return f"MiniGenEval(res={self.res}, fitted={self.res is not None})"
 
 # %% ../nbs/04_divide_and_denoise.ipynb #8b60275c
 def _training_crops(ev:MiniGenEval, res:int, n:int, rng:np.random.Generator)->tuple:
-    "Rendered crops for the classifiers: clean shapes (with colours), overlapping/averaged pairs and blobs as junk."
+    ("Rendered crops for the classifiers: clean shapes (with colours), overlapping/averaged pairs "
+     "and blobs as junk.")
     def one():
         sh = SHAPES[rng.integers(3)]
-        if rng.random() < 0.7:                                           # a palette colour, dimmed and jittered
+        if rng.random() < 0.7:  # a palette colour, dimmed and jittered
             name = list(PALETTE)[rng.integers(4)]
-            rgb = np.clip(np.array(PALETTE[name])*rng.uniform(0.75, 1) + rng.uniform(-0.1, 0.1, 3), 0, 1)
+            rgb = np.clip(
+                np.array(PALETTE[name]) * rng.uniform(0.75, 1) + rng.uniform(-0.1, 0.1, 3), 0, 1
+            )
         else:                                                            # any other colour
             while True:
                 rgb = rng.random(3)
-                if rgb.max() > 0.45 and min(np.abs(rgb/rgb.max() - np.array(c)).max() for c in PALETTE.values()) > 0.4: break
+                if (
+                    rgb.max() > 0.45
+                    and min(np.abs(rgb / rgb.max() - np.array(c)).max() for c in PALETTE.values())
+                    > 0.4
+                ):
+                    break
             name = "other"
         d = rng.uniform(0.22, 0.42)*res
         xy = rng.uniform(d/2 + 0.5, res - d/2 - 0.5, 2)
-        if rng.random() < 0.3:                                           # touching an edge: shapes get clipped by the grid there
-            j = rng.integers(2); xy[j] = d/2 + 0.5 + rng.uniform(0, 1) if rng.random() < 0.5 else res - d/2 - 0.5 - rng.uniform(0, 1)
+        if rng.random() < 0.3:  # touching an edge: shapes get clipped by the grid there
+            j = rng.integers(2)
+            xy[j] = (
+                d / 2 + 0.5 + rng.uniform(0, 1)
+                if rng.random() < 0.5
+                else res - d / 2 - 0.5 - rng.uniform(0, 1)
+            )
         return (sh, rgb, tuple(xy), d), name
     feats, labels, cfeats, clabels = [], [], [], []
     def add(img, label, col=None):
@@ -917,22 +1304,26 @@ def _training_crops(ev:MiniGenEval, res:int, n:int, rng:np.random.Generator)->tu
         r = rng.random()
         if r < 0.6:                                                      # a clean shape
             o, name = one(); add(render_scene([o], res), o[0], name)
-        elif r < 0.75:                                                   # two overlapping shapes painted
+        elif r < 0.75:  # two overlapping shapes painted
             (a, _), (b, _) = one(), one()
-            db = a[3]*rng.uniform(0.8, 1.25)                             # similar sizes, merged, both clearly visible
+            db = a[3]*rng.uniform(0.8, 1.25)  # similar sizes, merged, both clearly visible
             ang, dist = rng.uniform(0, 2*np.pi), rng.uniform(0.55, 0.9)*(a[3] + db)/2
             xy = np.array(a[2]) + dist*np.array([np.cos(ang), np.sin(ang)])
             if (xy < db/2).any() or (xy > res - db/2).any(): continue
             add(render_scene([a, (b[0], b[1], tuple(xy), db)], res), "junk")
-        elif r < 0.9:                                                    # pixelwise average of two different shapes
+        elif r < 0.9:  # pixelwise average of two different shapes
             (a, _), (b, _) = one(), one()
             if a[0] == b[0]: continue
-            db = a[3]*rng.uniform(0.85, 1.15)                            # similar sizes: neither hides the other
-            ang, dist = rng.uniform(0, 2*np.pi), rng.uniform(0.3, 0.7)*a[3]   # offset: the blend is not a clean shape
+            db = a[3]*rng.uniform(0.85, 1.15)  # similar sizes: neither hides the other
+            # offset: the blend is not a clean shape
+            ang, dist = rng.uniform(0, 2*np.pi), rng.uniform(0.3, 0.7)*a[3]
             xy = np.array(a[2]) + dist*np.array([np.cos(ang), np.sin(ang)])
             if (xy < db/2).any() or (xy > res - db/2).any(): continue
-            add((render_scene([a], res) + render_scene([(b[0], b[1], tuple(xy), db)], res))/2, "junk")
-        else:                                                            # an irregular blob: a chain of Gaussians
+            add(
+                (render_scene([a], res) + render_scene([(b[0], b[1], tuple(xy), db)], res)) / 2,
+                "junk",
+            )
+        else:  # an irregular blob: a chain of Gaussians
             yy, xx = np.mgrid[:res, :res]
             sig = rng.uniform(0.05, 0.09)*res
             c = rng.uniform(0.3, 0.7, 2)*res; blob = np.zeros((res, res))
@@ -940,7 +1331,10 @@ def _training_crops(ev:MiniGenEval, res:int, n:int, rng:np.random.Generator)->tu
                 blob = np.maximum(blob, np.exp(-((yy - c[1])**2 + (xx - c[0])**2)/(2*sig**2)))
                 c = c + 2.2*sig*np.array([np.cos(t := rng.uniform(0, 2*np.pi)), np.sin(t)])
             rgb = rng.random(3)*0.8 + 0.2
-            add((-1 + 2*np.clip(1.3*blob, 0, 1)[None]*rgb[:, None, None]).astype(np.float32), "junk")
+            add(
+                (-1 + 2 * np.clip(1.3 * blob, 0, 1)[None] * rgb[:, None, None]).astype(np.float32),
+                "junk",
+            )
     return np.array(feats), np.array(labels), np.array(cfeats), np.array(clabels)
 
 @patch
@@ -954,7 +1348,7 @@ def fit(self:MiniGenEval, res:int,  # canvas side of the images to score
     from sklearn.exceptions import ConvergenceWarning
     import warnings
     X, y, Xc, yc = _training_crops(self, res, n, np.random.default_rng(seed))
-    with warnings.catch_warnings():                                    # a fixed iteration budget keeps the fit to seconds
+    with warnings.catch_warnings():  # a fixed iteration budget keeps the fit to seconds
         warnings.simplefilter("ignore", ConvergenceWarning)
         self.shape_clf = HistGradientBoostingClassifier(max_iter=200, random_state=seed).fit(X, y)
         self.color_clf = LogisticRegression(C=10.0, max_iter=2000).fit(Xc, yc)
@@ -969,13 +1363,24 @@ def detect_batch(self:MiniGenEval, imgs)->list:
     comps = [self._components(_to_np(im)) for im in imgs]
     flat = [c for cs in comps for c in cs]
     if not flat: return [[] for _ in comps]
-    ps = self.shape_clf.predict_proba(np.stack([c[0] for c in flat])); pc = self.color_clf.predict_proba(np.stack([c[1] for c in flat]))
+    ps = self.shape_clf.predict_proba(np.stack([c[0] for c in flat]))
+    pc = self.color_clf.predict_proba(np.stack([c[1] for c in flat]))
     out, j = [], 0
     for cs in comps:
         dets = []
         for c in cs:
             s, k = ps[j].argmax(), pc[j].argmax()
-            dets.append(Detection(str(self.shape_clf.classes_[s]), str(self.color_clf.classes_[k]), c[2], float(ps[j, s]), float(pc[j, k]), c[3])); j += 1
+            dets.append(
+                Detection(
+                    str(self.shape_clf.classes_[s]),
+                    str(self.color_clf.classes_[k]),
+                    c[2],
+                    float(ps[j, s]),
+                    float(pc[j, k]),
+                    c[3],
+                )
+            )
+            j += 1
         out.append(sorted(dets, key=lambda d: -d.shape_prob))
     return out
 
@@ -1004,23 +1409,44 @@ def score(self:MiniGenEval, images_by_prompt:dict, # prompt -> (B, 3, H, W) imag
 
 @patch
 def presence(self:MiniGenEval, imgs, concept:Concept)->float:
-    "Fraction of images in which `concept` is detected (shape and colour when given, confidence > 0.3)."
-    hits = [any(d.shape != "junk" and d.shape_prob > self.thr and (concept.shape is None or d.shape == concept.shape)
-                and (concept.color is None or d.color == concept.color) for d in dets) for dets in self.detect_batch(imgs)]
+    ("Fraction of images in which `concept` is detected (shape and colour when given, confidence >"
+     " 0.3).")
+    hits = [
+        any(
+            d.shape != "junk"
+            and d.shape_prob > self.thr
+            and (concept.shape is None or d.shape == concept.shape)
+            and (concept.color is None or d.color == concept.color)
+            for d in dets
+        )
+        for dets in self.detect_batch(imgs)
+    ]
     return float(np.mean(hits))
 
 # %% ../nbs/04_divide_and_denoise.ipynb #e6a3389d
 def task_spec(tag:str, concepts:Sequence[Concept])->dict:
-    "GenEval-style spec of a composite prompt: `two_object`, `counting`, `colors`, `color_attr` or `single_object`."
+    ("GenEval-style spec of a composite prompt: `two_object`, `counting`, `colors`, `color_attr` "
+     "or `single_object`.")
     if tag == "counting":
-        if len({c for c in concepts}) != 1 or concepts[0].shape is None: raise ValueError("counting needs n copies of one shape concept")
+        if len({c for c in concepts}) != 1 or concepts[0].shape is None:
+            raise ValueError("counting needs n copies of one shape concept")
         n = len(concepts)
-        return {"tag": tag, "include": [{"class": concepts[0].shape, "count": n}], "exclude": [{"class": concepts[0].shape, "count": n + 1}]}
+        return {
+            "tag": tag,
+            "include": [{"class": concepts[0].shape, "count": n}],
+            "exclude": [{"class": concepts[0].shape, "count": n + 1}],
+        }
     if tag in ("two_object", "single_object"):
         return {"tag": tag, "include": [{"class": c.shape, "count": 1} for c in concepts]}
     if tag in ("color_attr", "colors"):
-        return {"tag": tag, "include": [{"class": c.shape, "count": 1, "color": c.color} for c in concepts]}
-    raise ValueError(f"unknown tag {tag!r}: use two_object, counting, colors, color_attr or single_object (position is not scored)")
+        return {
+            "tag": tag,
+            "include": [{"class": c.shape, "count": 1, "color": c.color} for c in concepts],
+        }
+    raise ValueError(
+        f"unknown tag {tag!r}: use two_object, counting, colors, color_attr or single_object"
+        " (position is not scored)"
+    )
 
 def overall_score(df:pd.DataFrame, tags:Sequence[str]|None=None)->float:
     "GenEval's overall score: the mean over tags of the fraction of correct images."
@@ -1028,31 +1454,44 @@ def overall_score(df:pd.DataFrame, tags:Sequence[str]|None=None)->float:
     return float((df.accuracy*df.n).groupby(df.tag).sum().div(df.n.groupby(df.tag).sum()).mean())
 
 # %% ../nbs/04_divide_and_denoise.ipynb #dc8a21b9
-def fair_share_violation_rate(trace:dict,       # from `DivideAndDenoiseSampler.sample(..., return_trace=True)`
-                              tol:float=1e-4,   # slack allowed
-                             )->float:          # fraction of (step, sample) pairs where some model is short
+def fair_share_violation_rate(
+    trace: dict,  # from `DivideAndDenoiseSampler.sample(..., return_trace=True)`
+    tol: float = 1e-4,  # slack allowed
+) -> float:  # fraction of (step, sample) pairs where some model is short
     "How often some model gets less than $\\alpha/K$ of its total utility."
     V, S = trace["V"].double(), trace["U"].double().sum(-1)
     return float((V < trace["alpha"]/trace["K"]*S - tol).any(-1).double().mean())
 
 def check_against_lp(trace:dict, n:int=4, kind:str="proportional")->pd.DataFrame:
-    "Re-solve every step of the first `n` samples of a trace with HiGHS: objectives, gap and constraints."
+    ("Re-solve every step of the first `n` samples of a trace with HiGHS: objectives, gap and "
+     "constraints.")
     rows = []
     for s in range(trace["U"].shape[0]):
         for b in range(min(n, trace["U"].shape[1])):
             U, A = trace["U"][s, b].double().numpy(), trace["A"][s, b].double().numpy()
             A_lp, _, info = solve_fair_division_lp(U, kind, trace["alpha"])
             obj = float((A*U).sum())
-            rows.append(dict(step=s, sample=b, lp=info["objective"], sampler=obj, rel_gap=(info["objective"] - obj)/info["objective"],
-                             lp_fair=is_proportional(A_lp, U, trace["alpha"], tol=1e-6), sampler_fair=is_proportional(A, U, trace["alpha"], tol=1e-6)))
+            rows.append(
+                dict(
+                    step=s,
+                    sample=b,
+                    lp=info["objective"],
+                    sampler=obj,
+                    rel_gap=(info["objective"] - obj) / info["objective"],
+                    lp_fair=is_proportional(A_lp, U, trace["alpha"], tol=1e-6),
+                    sampler_fair=is_proportional(A, U, trace["alpha"], tol=1e-6),
+                )
+            )
     return pd.DataFrame(rows)
 
-def paired_bootstrap(diff:np.ndarray,        # (P,) per-prompt score differences (method minus baseline)
-                     groups:Sequence|None=None, # (P,) tag of each prompt: resample within tags, average tags
+def paired_bootstrap(diff:np.ndarray,  # (P,) per-prompt score differences (method minus baseline)
+                     # (P,) tag of each prompt: resample within tags, average tags
+                     groups:Sequence|None=None,
                      n_boot:int=2000, seed:int=0,
                     )->tuple:                # (mean difference, low, high) of the 95% interval
     "Paired bootstrap over prompts of the difference of the overall (tag-averaged) score."
-    diff = np.asarray(diff, float); groups = np.asarray(groups if groups is not None else ["all"]*len(diff))
+    diff = np.asarray(diff, float)
+    groups = np.asarray(groups if groups is not None else ["all"] * len(diff))
     tags = sorted(set(groups)); idx = [np.flatnonzero(groups == g) for g in tags]
     stat = lambda sel: np.mean([diff[i].mean() for i in sel])
     rng = np.random.default_rng(seed)
@@ -1063,14 +1502,23 @@ def paired_bootstrap(diff:np.ndarray,        # (P,) per-prompt score differences
 def expert_quality(expert:Expert,        # a single-concept expert
                    ev:MiniGenEval,       # a fitted checker
                    n:int,                # images per seed
-                   seeds:Sequence[int],  # seeds of the check (keep them apart from the claims' seeds)
+                   # seeds of the check (keep them apart from the claims' seeds)
+                   seeds:Sequence[int],
                    num_steps:int=20,     # DDIM steps
-                  )->dict:               # {"single_object": accuracy, "colors": accuracy or None, "min": the lower one}
-    "How well one expert draws its own concept alone: MiniGenEval's `single_object` (and `colors` for a coloured concept)."
+                  # {"single_object": accuracy, "colors": accuracy or None, "min": the lower one}
+                  )->dict:
+    ("How well one expert draws its own concept alone: MiniGenEval's `single_object` (and `colors`"
+     " for a coloured concept).")
     x = sample_single(expert, n, list(seeds), num_steps).float().cpu()
     dets, c = ev.detect_batch(x), expert.concept
-    acc = {t: float(np.mean([ev.evaluate(d, task_spec(t, [c]))[0] for d in dets])) if (t == "single_object" or c.color) else None
-           for t in ("single_object", "colors")}
+    acc = {
+        t: (
+            float(np.mean([ev.evaluate(d, task_spec(t, [c]))[0] for d in dets]))
+            if (t == "single_object" or c.color)
+            else None
+        )
+        for t in ("single_object", "colors")
+    }
     return acc | {"min": min(v for v in acc.values() if v is not None)}
 
 def per_seed_scores(ok:np.ndarray,       # (n_seeds * n,) 1 where an image is correct

@@ -250,6 +250,20 @@ def test_train_save_load_roundtrip(tmp_path):
     (tmp_path/"empty").mkdir()
     with pytest.raises(FileNotFoundError, match="neither model_index.json"): load_expert(tmp_path/"empty")
 
+def test_load_expert_reads_safetensors_only(tmp_path, monkeypatch):
+    "A pickled .bin checkpoint is refused before anything reads it: unpickling it could run code."
+    ex = train_expert(Concept("circle", "red"), 8, steps=1, batch=4, channels=(8, 16), n_train=8)
+    ex.unet.save_pretrained(tmp_path/"pickled", safe_serialization=False)
+    assert list((tmp_path/"pickled").glob("*.bin")) and not list((tmp_path/"pickled").glob("*.safetensors"))
+    calls = []
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(a) or pytest.fail("torch.load was called"))
+    with pytest.raises(ValueError, match=r"no \.safetensors weights: only safetensors are loaded.*safe_serialization=True"):
+        load_expert(tmp_path/"pickled", Concept("circle"))
+    assert not calls
+    monkeypatch.undo()
+    save_expert(ex, tmp_path/"pipe")                                                   # the normal case still loads
+    assert load_expert(tmp_path/"pipe").concept == Concept("circle", "red")
+
 def test_bad_data_and_model_arguments():
     with pytest.raises(ValueError, match="unknown shape"): Concept("star")
     with pytest.raises(ValueError, match="unknown colour"): Concept(color="pink")
