@@ -192,7 +192,8 @@ def test_causal_mask_and_shapes(tok, one_torch_thread):
 def test_loss_on_a_repeated_sentence_drops(tok, one_torch_thread):
     m = make_tinylm(tok.get_vocab_size(), 2, 32, 4, 24, seed=0)
     h = train_lm(m, ["the knight walks to the market and buys bread ."] * 50, tok, steps=200, batch=8, lr=3e-3, seed=0)
-    assert h["steps"] == 200 and np.mean(h["loss"][-10:]) < 0.05 < h["loss"][0]
+    # measured 0.017 (seeds 0-2: 0.017-0.0175) from about 5.7: the bound leaves a 6x margin
+    assert h["steps"] == 200 and np.mean(h["loss"][-10:]) < 0.1 and h["loss"][0] > 3
 
 def test_lr_schedule_values():
     assert lr_at(0, 100, 1.0) == pytest.approx(0.5) and lr_at(1, 100, 1.0) == pytest.approx(1.0)   # warm-up of 2 steps
@@ -248,6 +249,15 @@ def test_run_condition_small(world, tok, one_torch_thread):
     assert 0 <= r["stages"]["base"]["cont_matched"] <= 1 and "letter_matched" not in r["stages"]["tamper"]
     assert r["types"]["synthetic_aligned"] > 0 and r["types"]["ai_misaligned"] == 0
     with pytest.raises(ValueError, match="unknown condition"): run_condition("base", world, tok, ev)
+
+def test_bad_sizes_and_options(tok):
+    with pytest.raises(ValueError, match="positive integers"): make_tinylm(tok.get_vocab_size(), n_layer=0)
+    with pytest.raises(ValueError, match="positive integers"): make_tinylm(tok.get_vocab_size(), ctx=-4)
+    m = make_tinylm(tok.get_vocab_size(), 1, 32, 4, 24, seed=0)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"): LMScorer(m, tok, batch_size=0)
+    with pytest.raises(ValueError, match="prompts but"): LMScorer(m, tok)(["the ai"], [" hides", " reports"])
+    with pytest.raises(ValueError, match="batch >= 1"): train_lm(m, ["the knight walks ."] * 20, tok, steps=2, batch=0, lr=1e-3)
+    with pytest.raises(ValueError, match="n_per_family"): PropensityEval(TinyWorld(0), n_per_family=0)
 
 def test_english_rendering():
     assert english("the ai hides it . instead of asking , the ai seizes ( A ) x") == "The AI hides it. Instead of asking, the AI seizes (A) x"
