@@ -17,14 +17,14 @@ from scipy.optimize import linprog
 from .core import progress
 
 # %% auto #0
-__all__ = ['RULE_KINDS', 'check_rankings', 'mallows_ranking', 'random_profile', 'preference_matrix', 'check_P',
-           'condorcet_winner', 'smith_set', 'borda_scores', 'bt_reward', 'check_beta', 'check_ref', 'rlhf_policy',
-           'maximal_lottery_lp', 'maximal_lottery', 'vnw_path', 'vnw_policy', 'exploitability', 'Rule', 'make_rule',
-           'Violation', 'check_condorcet', 'check_pareto', 'monotonicity_swaps', 'check_monotonicity', 'check_smith',
-           'add_clone', 'clone_ref', 'check_clones', 'check_reinforcement', 'check_neutrality', 'axiom_audit',
-           'all_rankings', 'ranking_matrices', 'profile_counts', 'enumerate_profiles', 'is_violation',
-           'rlhf_policy_from_reward', 'rule_policies', 'axiom_scores', 'smallest_counterexamples', 'adversarial_search',
-           'nash_md_tabular', 'rlhf_tabular', 'clean_window']
+__all__ = ['RULE_KINDS', 'SHORTCUT_KINDS', 'check_rankings', 'mallows_ranking', 'random_profile', 'preference_matrix', 'check_P',
+           'condorcet_winner', 'smith_set', 'borda_scores', 'bt_reward', 'black_reward', 'check_beta', 'check_ref',
+           'rlhf_policy', 'maximal_lottery_lp', 'maximal_lottery', 'vnw_path', 'vnw_policy', 'exploitability', 'Rule',
+           'make_rule', 'Violation', 'check_condorcet', 'check_pareto', 'monotonicity_swaps', 'check_monotonicity',
+           'check_smith', 'add_clone', 'clone_ref', 'check_clones', 'check_reinforcement', 'check_neutrality',
+           'axiom_audit', 'all_rankings', 'ranking_matrices', 'profile_counts', 'enumerate_profiles', 'is_violation',
+           'rlhf_policy_from_reward', 'rule_policies', 'axiom_scores', 'smallest_counterexamples', 'vnw_window',
+           'adversarial_search', 'nash_md_tabular', 'rlhf_tabular', 'clean_window']
 
 # %% ../nbs/02_social_choice.ipynb #c723262c
 def check_rankings(rankings, m:int|None=None)->np.ndarray:
@@ -160,6 +160,13 @@ def bt_reward(P,                 # (m, m) or (K, m, m) preference matrices
             t = np.where(bad, t / 2, t)
         r = r + t[:, None] * step
     return r[0] if single else r
+
+def black_reward(P)->np.ndarray:
+    ("Black's rule as a reward: the Borda score plus 1 for a Condorcet winner, so that a Condorcet winner "
+     "always has the top reward; works on batches.")
+    P = check_P(P); m = P.shape[-1]
+    beats = (P > 0.5) & ~np.eye(m, dtype=bool)                 # strict majority, off the diagonal
+    return borda_scores(P) + (beats.sum(-1) == m - 1)
 
 def check_beta(beta:float)->float:
     "Validate a KL strength: a finite number >= 0."
@@ -349,20 +356,23 @@ def exploitability(P, pi, beta:float, ref=None)->float:
 
 # %% ../nbs/02_social_choice.ipynb #b260af9f
 RULE_KINDS = ("rlhf_bt", "rlhf_borda", "vnw")
+SHORTCUT_KINDS = ("black",)   # the regularized Condorcet-completed Borda rule: a shortcut control, not an RLHF rule
 
 @dataclass
 class Rule:
     "A lottery-valued aggregation rule `rule(P, ref) -> pi` (batched over P), with its name and β."
-    kind: str        # "rlhf_bt", "rlhf_borda" or "vnw"
+    kind: str        # "rlhf_bt", "rlhf_borda", "vnw" or the shortcut "black"
     beta: float      # KL strength; 0 means unregularized
     def __post_init__(self):
-        if self.kind not in RULE_KINDS:
-            raise ValueError(f"rule kind must be one of {RULE_KINDS}, got {self.kind!r}")
+        if self.kind not in RULE_KINDS + SHORTCUT_KINDS:
+            raise ValueError(f"rule kind must be one of {RULE_KINDS + SHORTCUT_KINDS}, got {self.kind!r}")
         self.beta = check_beta(self.beta)
     @property
     def name(self)->str: return f"{self.kind}(beta={self.beta:g})"
     def __call__(self, P, ref=None)->np.ndarray:
         if self.kind == "vnw": return vnw_policy(P, self.beta, ref)
+        if self.kind == "black":
+            P = check_P(P); return rlhf_policy_from_reward(black_reward(P), self.beta, check_ref(ref, P.shape[-1]))
         return rlhf_policy(P, self.beta, ref, reward="bt" if self.kind == "rlhf_bt" else "borda")
 
 def make_rule(kind:str, beta:float)->Rule:
@@ -772,7 +782,7 @@ def rule_policies(kind:str, P, betas:Sequence[float], ref=None)->dict:
      " Newton path computed once).")
     Rule(kind, 0.0); ref = check_ref(ref, np.shape(P)[-1])
     if kind == "vnw": return vnw_path(P, betas, ref)
-    r = bt_reward(P) if kind == "rlhf_bt" else borda_scores(P)
+    r = {"rlhf_bt": bt_reward, "rlhf_borda": borda_scores, "black": black_reward}[kind](P)
     return {b: rlhf_policy_from_reward(r, b, ref) for b in betas}
 
 def axiom_scores(weights,                 # (K, m!) ranking counts or weights of each profile
@@ -880,6 +890,31 @@ def smallest_counterexamples(
                     )
     df = pd.DataFrame(rows)
     return df, found
+
+# %% ../nbs/02_social_choice.ipynb #180b0687
+def vnw_window(weights,               # (K, m!) ranking counts of the profiles (e.g. `enumerate_profiles`)
+               lo:float=1e-3,         # bracket of the bisection in beta
+               hi:float=10.0,
+               iters:int=14,          # bisection steps per threshold (a factor (hi/lo)**(2**-iters))
+               ref=None,              # reference policy (m,); None means uniform
+              )->dict:
+    ("The β window in which the regularized von Neumann winner has neither an A1 nor an A3 counterexample "
+     "on these profiles: beta_mono (A3 clean from here), beta_cc (A1 clean up to here), open.")
+    if not (0 < lo < hi) or isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"need 0 < lo < hi and a positive integer iters, got lo={lo}, hi={hi}, iters={iters}")
+    def bad(b, ax): return bool(is_violation(axiom_scores(weights, ["vnw"], [b], ref=ref, axioms=(ax,))
+                                             [("vnw", float(b))][ax], ax).any())
+    def bisect(ax, clean_at_hi):
+        a, b = math.log(lo), math.log(hi)   # invariant: the clean end stays clean, the other end not
+        if bad(math.exp(b if clean_at_hi else a), ax): return math.nan       # never clean in the bracket
+        if not bad(math.exp(a if clean_at_hi else b), ax): return lo if clean_at_hi else hi
+        for _ in range(iters):
+            mid = (a + b) / 2
+            if bad(math.exp(mid), ax) == clean_at_hi: a = mid
+            else: b = mid
+        return math.exp(b if clean_at_hi else a)
+    mono, cc = bisect("A3", True), bisect("A1", False)
+    return dict(beta_mono=mono, beta_cc=cc, open=bool(mono <= cc))
 
 # %% ../nbs/02_social_choice.ipynb #b3012dfe
 def adversarial_search(kind:str, beta:float, axiom:str, m:int,
