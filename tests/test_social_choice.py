@@ -283,3 +283,81 @@ def test_rule_policies_equal_the_rules():
     for kind in RULE_KINDS:
         pol = rule_policies(kind, Ps, [0.0, 0.07], ref)
         for b in (0.0, 0.07): assert np.allclose(pol[b], Rule(kind, b)(Ps, ref), atol=1e-10), (kind, b)
+
+
+# --- pairwise ties, an independent game solver, the shortcut rule and the clean window -----------------------
+def test_condorcet_winner_needs_strict_majorities_against_everyone():
+    # 4 voters: a beats c 3-1 and ties b 2-2, so a is no Condorcet winner; neither are b (loses to a? no: ties) or c
+    tie = np.array([[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0]])
+    P = preference_matrix(tie)
+    assert P[0, 1] == 0.5 and P[0, 2] == 0.75
+    assert condorcet_winner(P) is None
+    # adding one a > b > c voter breaks the tie: now a beats b 3-2 and c 4-1
+    assert condorcet_winner(preference_matrix(np.vstack([tie, [[0, 1, 2]]]))) == 0
+    # b and c tie with each other, a beats both strictly: a is the winner whatever the tie between the others
+    assert condorcet_winner(preference_matrix(np.array([[0, 1, 2], [0, 2, 1]]))) == 0
+    # two voters with opposite rankings: every pair ties, nobody wins, the Smith set is everyone
+    P2 = preference_matrix(np.array([[0, 1, 2], [2, 1, 0]]))
+    assert condorcet_winner(P2) is None and sorted(smith_set(P2)) == [0, 1, 2]
+
+
+def test_maximal_lottery_matches_nashpy_support_enumeration():
+    # the maximal lottery is the equilibrium of the symmetric zero-sum game P - P^T; nashpy solves it by support
+    # enumeration, an algorithm unrelated to our LP and to our support-enumeration code path
+    nashpy = pytest.importorskip("nashpy")
+    checked = 0
+    for i, r in enumerate(profiles(40, n_choices=(5, 7, 9, 11), m=5, seed=21)):
+        P = preference_matrix(r)
+        eqs = list(nashpy.Game(P - P.T).support_enumeration())
+        assert eqs, "a zero-sum game always has an equilibrium"
+        ours = maximal_lottery(P)
+        assert min(np.abs(ours - e[0]).max() for e in eqs) < 1e-9, (i, ours, eqs)
+        checked += 1
+    assert checked == 40
+
+
+def test_black_rule_satisfies_a1_and_a3_even_on_weighted_electorates():
+    from maspob_etal.social_choice import axiom_scores, is_violation, black_reward
+    rng = np.random.default_rng(4)
+    W = rng.exponential(size=(300, 24)) * (rng.random((300, 24)) < 0.5)       # sparse random weights, m = 4
+    W[W.sum(1) == 0, 0] = 1.0
+    for b in (0.0, 0.01, 0.1, 2.0):
+        for mass in (None, 0.02):
+            d = axiom_scores(W, ["black"], [b], swap_mass=mass)[("black", b)]
+            assert not is_violation(d["A1"], "A1").any() and not is_violation(d["A3"], "A3").any()
+    # the VNW at small beta does fail A3 on the same electorates: the check can fail
+    d = axiom_scores(W, ["vnw"], [0.0], swap_mass=0.02)[("vnw", 0.0)]
+    assert is_violation(d["A3"], "A3").any()
+    # the reward: Borda plus one for the Condorcet winner, nothing else
+    P = preference_matrix(np.array([[2, 0, 1], [2, 1, 0], [0, 2, 1]]))
+    assert np.allclose(black_reward(P), borda_scores(P) + np.array([0, 0, 1]))
+
+
+def test_black_rule_breaks_reinforcement_where_vnw_cannot():
+    E1 = np.array([[.5, .55, .3], [.45, .5, .55], [.7, .45, .5]])
+    E2 = np.array([[.5, .3, .55], [.7, .5, .3], [.45, .7, .5]])
+    assert condorcet_winner(E1) is None and condorcet_winner(E2) is None and condorcet_winner((E1 + E2) / 2) == 2
+    assert np.allclose(borda_scores(E1), borda_scores(E2))
+    assert len(check_reinforcement(Rule("black", 0.1), E1, E2)) == 1
+    assert check_reinforcement(Rule("vnw", 0.1), E1, E2) == []
+
+
+def test_vnw_window_brackets_the_thresholds():
+    from maspob_etal.social_choice import axiom_scores, enumerate_profiles, is_violation, vnw_window
+    C = enumerate_profiles(3, 7)
+    w = vnw_window(C, iters=12)
+    assert w["open"] and w["beta_mono"] < w["beta_cc"]
+    inside = np.geomspace(w["beta_mono"] * 1.01, w["beta_cc"] / 1.01, 4)
+    sc = axiom_scores(C, ["vnw"], list(inside) + [w["beta_mono"] * 0.97, w["beta_cc"] * 1.03])
+    for b in inside:                                         # clean inside the window
+        d = sc[("vnw", float(b))]
+        assert not is_violation(d["A1"], "A1").any() and not is_violation(d["A3"], "A3").any()
+    assert is_violation(sc[("vnw", float(w["beta_mono"] * 0.97))]["A3"], "A3").any()   # just below: non-monotone
+    assert is_violation(sc[("vnw", float(w["beta_cc"] * 1.03))]["A1"], "A1").any()     # just above: not Condorcet
+    # a window that closes: at n = 17 (m = 3) the reviewer's profile breaks A1 at beta = 0.12
+    c17 = np.zeros(6); R = [tuple(r) for r in itertools.permutations(range(3))]
+    for k, rk in [(6, (0, 1, 2)), (1, (0, 2, 1)), (1, (1, 0, 2)), (1, (1, 2, 0)), (6, (2, 0, 1)), (2, (2, 1, 0))]:
+        c17[R.index(rk)] = k
+    d = axiom_scores(c17[None], ["vnw"], [0.12])[("vnw", 0.12)]
+    assert is_violation(d["A1"], "A1")[0]
+    with pytest.raises(ValueError, match="0 < lo < hi"): vnw_window(C, lo=2.0, hi=1.0)
