@@ -124,3 +124,49 @@ def test_pages_render_in_chromium(site):
     assert 'class="MathJax"' in page or 'class="MathJax_Display"' in page, "no equation was typeset"
     assert 'class="merror"' not in page and 'class="MathJax_Error"' not in page
     assert 'class="page-navigation"' in page                              # previous / next links
+
+_OVERFLOW_JS = r"""<script>
+window.addEventListener('load', function () { setTimeout(function () {
+  var out = {code: [], math: [], fit: 0};
+  document.querySelectorAll('main pre').forEach(function (e) {
+    if (e.offsetParent !== null && e.scrollWidth > e.clientWidth + 2) out.code.push(e.textContent.slice(0, 80)); });
+  document.querySelectorAll('mjx-container[display="true"], .MathJax_Display').forEach(function (e) {
+    var m = document.querySelector('main').getBoundingClientRect(), r = e.getBoundingClientRect();
+    if (e.scrollWidth > e.clientWidth + 2 || r.right > m.right + 2) out.math.push(e.textContent.slice(0, 80)); });
+  var pre = document.querySelector('main div.sourceCode pre');
+  if (pre) { var s = document.createElement('span'); s.textContent = 'x'.repeat(100); pre.appendChild(s);
+             out.fit = pre.clientWidth - s.getBoundingClientRect().width; s.remove(); }
+  var d = document.createElement('div'); d.id = 'overflow-report'; d.textContent = JSON.stringify(out);
+  document.body.appendChild(d); }, 3000); });
+</script>"""
+
+def overflows(page:Path, width:int=1280)->dict:
+    "Code blocks and display equations wider than their column when `page` is shown `width` px wide in Chromium."
+    import html
+    probe = page.with_name(f"_overflow_{page.name}")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", _OVERFLOW_JS + "</body>"), encoding="utf-8")
+    try:
+        with tempfile.TemporaryDirectory() as prof:
+            r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+                                "--disable-background-networking", f"--user-data-dir={prof}", f"--window-size={width},1000",
+                                "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180)
+    finally: probe.unlink()
+    m = re.search(r'<div id="overflow-report">(.*?)</div>', r.stdout, re.S)
+    assert m, f"{page.name}: the overflow probe did not report"
+    return json.loads(html.unescape(m.group(1)))
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
+def test_no_code_block_or_equation_overflows_at_1280px(site):
+    bad = {}
+    for p in [site/"index.html", *method_pages(site)]:
+        o = overflows(p)
+        if o["code"] or o["math"]: bad[p.name] = o
+        if p.name != "index.html": assert o["fit"] >= 0, f"{p.name}: a 100-character code line does not fit ({o['fit']:.0f} px)"
+    assert not bad, bad
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
+def test_the_overflow_probe_can_fail(tmp_path):
+    page = tmp_path/"wide.html"
+    page.write_text('<html><body><main><pre style="width:300px;overflow-x:auto;white-space:pre">' + "x"*400
+                    + '</pre></main></body></html>')
+    assert overflows(page)["code"]
