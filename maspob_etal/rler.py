@@ -33,7 +33,8 @@ RUBRIC_KINDS = ("fact", "filler", "general", "text")
 
 @dataclass
 class Rubric:
-    "One rubric: a criterion the judge checks, with weight +1 (positive), -1 (negative) or a dataset weight."
+    ("One rubric: a criterion the judge checks, with weight +1 (positive), -1 (negative) or a "
+     "dataset weight.")
     kind: str               # "fact", "filler", "general" or "text"
     weight: float           # +1 / -1 for rubrics written in training; never 0
     fact: int|None = None   # index of the fact, for kind "fact"
@@ -42,48 +43,67 @@ class Rubric:
     description: str = ""   # the criterion the judge reads
 
     def __post_init__(self):
-        if self.kind not in RUBRIC_KINDS: raise ValueError(f"rubric kind must be one of {RUBRIC_KINDS}, got {self.kind!r}")
+        if self.kind not in RUBRIC_KINDS:
+            raise ValueError(f"rubric kind must be one of {RUBRIC_KINDS}, got {self.kind!r}")
         w = float(self.weight)
         if not math.isfinite(w) or w == 0:
-            raise ValueError(f"rubric weight must be a finite non-zero number (+1 positive, -1 negative), got {self.weight!r}")
+            raise ValueError(
+                f"rubric weight must be a finite non-zero number (+1 positive, -1 negative), got "
+                f"{self.weight!r}"
+            )
         self.weight = w
         if self.kind == "fact":
             if not isinstance(self.fact, (int, np.integer)) or self.fact < 0 or self.value is None:
-                raise ValueError(f"a 'fact' rubric needs fact (a non-negative int) and value, got fact={self.fact!r}, value={self.value!r}")
+                raise ValueError(
+                    f"a 'fact' rubric needs fact (a non-negative int) and value, got "
+                    f"fact={self.fact!r}, value={self.value!r}"
+                )
             self.fact = int(self.fact)
         if self.kind == "text" and not str(self.description).strip():
             raise ValueError("a 'text' rubric needs a non-empty description")
         if not self.description:
-            self.description = {"fact": f"States that fact {self.fact} is {self.value}.",
-                                "filler": "Pads the answer with generic filler sentences that add no information.",
-                                "general": "The answer is comprehensive and discusses the topic thoroughly."}[self.kind]
+            self.description = {
+                "fact": f"States that fact {self.fact} is {self.value}.",
+                "filler": "Pads the answer with generic filler sentences that add no information.",
+                "general": "The answer is comprehensive and discusses the topic thoroughly.",
+            }[self.kind]
 
-    def key(self, question:str)->str:
-        "The rubric's key within `question`: md5 of `question||description||title`, first 12 hex digits (official code)."
-        return hashlib.md5(f"{question}||{self.description}||{self.title}".encode("utf-8")).hexdigest()[:12]
+    def key(self, question: str) -> str:
+        ("The rubric's key within `question`: md5 of `question||description||title`, first 12 hex "
+         "digits (official code).")
+        return hashlib.md5(
+            f"{question}||{self.description}||{self.title}".encode("utf-8")
+        ).hexdigest()[:12]
 
-    def to_json(self)->dict:
+    def to_json(self) -> dict:
         "The rubric as the official code stores it: description, title, weight."
         return {"description": self.description, "title": self.title, "weight": self.weight}
 
 # %% ../nbs/13_rler.ipynb #44c785ee
-def rubric_reward(scores:np.ndarray,  # judge scores in [0, 1]: (m,) for one answer or (G, m) for a group
-                  weights:np.ndarray, # rubric weights w, (m,), none of them 0
-                 )->float|np.ndarray: # R_rub: a float, or (G,) for a group
+def rubric_reward(
+    scores: np.ndarray,  # judge scores in [0, 1]: (m,) for one answer or (G, m) for a group
+    weights: np.ndarray,  # rubric weights w, (m,), none of them 0
+) -> float | np.ndarray:  # R_rub: a float, or (G,) for a group
     r"$R_\text{rub} = \sum_i w_i s_i / \max(\sum_{w_i>0} w_i, 1)$, as in the official reward code."
     s, w = np.asarray(scores, dtype=float), np.asarray(weights, dtype=float)
-    if w.ndim != 1: raise ValueError(f"weights must be a 1-d array (m,), got shape {w.shape}")
+    if w.ndim != 1:
+        raise ValueError(f"weights must be a 1-d array (m,), got shape {w.shape}")
     if s.shape[-1:] != w.shape or s.ndim > 2:
-        raise ValueError(f"scores must have shape (m,) or (G, m) with m = {len(w)} rubrics, got {s.shape}")
-    if np.any(w == 0): raise ValueError("rubric weights must be non-zero (+1 positive, -1 negative)")
+        raise ValueError(
+            f"scores must have shape (m,) or (G, m) with m = {len(w)} rubrics, got {s.shape}"
+        )
+    if np.any(w == 0):
+        raise ValueError("rubric weights must be non-zero (+1 positive, -1 negative)")
     if s.size and (np.nanmin(s) < 0 or np.nanmax(s) > 1 or np.isnan(s).any()):
         raise ValueError("judge scores must lie in [0, 1] (the official 0/1/2 scale divided by 2)")
     out = (s @ w) / max(w[w > 0].sum(), 1.0)
     return float(out) if s.ndim == 1 else out
 
 # %% ../nbs/13_rler.ipynb #93cb2c87
-REWARD_WEIGHTS = {"rubric": 0.5, "citation": 0.2, "format": 0.2, "search": 0.1}  # REWARD_WEIGHTS, longform_rubric_rewards.py
-REWARD_WEIGHTS_WITHOUT_CITATION = {"rubric": 0.6, "format": 0.2, "search": 0.2}  # REWARD_WEIGHTS_WITHOUT_CITATION
+# REWARD_WEIGHTS, longform_rubric_rewards.py
+REWARD_WEIGHTS = {"rubric": 0.5, "citation": 0.2, "format": 0.2, "search": 0.1}
+# REWARD_WEIGHTS_WITHOUT_CITATION
+REWARD_WEIGHTS_WITHOUT_CITATION = {"rubric": 0.6, "format": 0.2, "search": 0.2}
 
 def total_reward(r_rub,                    # rubric reward R_rub (float or array)
                  r_cite,                   # citation reward in [0, 1]
@@ -91,89 +111,121 @@ def total_reward(r_rub,                    # rubric reward R_rub (float or array
                  r_search,                 # search reward in [0, 1]
                  with_citation:bool=True,  # False: the official no-citation weights
                 ):
-    r"$R = 0.5 R_\text{rub} + 0.2 R_\text{cite} + 0.2 R_\text{fmt} + 0.1 R_\text{search}$ (or 0.6/0.2/0.2 without citations)."
+    (r"$R = 0.5 R_\text{rub} + 0.2 R_\text{cite} + 0.2 R_\text{fmt} + 0.1 R_\text{search}$ (or "
+     r"0.6/0.2/0.2 without citations).")
     for name, v in (("r_cite", r_cite), ("r_fmt", r_fmt), ("r_search", r_search)):
         a = np.asarray(v, dtype=float)
-        if np.isnan(a).any() or a.min() < 0 or a.max() > 1: raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
+        if np.isnan(a).any() or a.min() < 0 or a.max() > 1:
+            raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
     if with_citation:
         w = REWARD_WEIGHTS
-        return w["rubric"]*r_rub + w["citation"]*r_cite + w["format"]*r_fmt + w["search"]*r_search
+        return (
+            w["rubric"] * r_rub
+            + w["citation"] * r_cite
+            + w["format"] * r_fmt
+            + w["search"] * r_search
+        )
     w = REWARD_WEIGHTS_WITHOUT_CITATION
-    return w["rubric"]*r_rub + w["format"]*r_fmt + w["search"]*r_search
+    return w["rubric"] * r_rub + w["format"] * r_fmt + w["search"] * r_search
 
 # %% ../nbs/13_rler.ipynb #5743f8ce
-def grpo_advantages(R:np.ndarray,     # rewards, (G,) for one group or (P, G) for P groups of G rollouts
-                    eps:float=1e-8,   # added to the std, as in grpo_fast.py
-                   )->np.ndarray:     # advantages A, same shape as R
-    r"Group-normalised advantages $A_i = (R_i - \mathrm{mean}_g R)/(\mathrm{std}_g R + \epsilon)$; constant groups give 0."
+def grpo_advantages(
+    R: np.ndarray,  # rewards, (G,) for one group or (P, G) for P groups of G rollouts
+    eps: float = 1e-8,  # added to the std, as in grpo_fast.py
+) -> np.ndarray:  # advantages A, same shape as R
+    (r"Group-normalised advantages $A_i = (R_i - \mathrm{mean}_g R)/(\mathrm{std}_g R + "
+     r"\epsilon)$; constant groups give 0.")
     R = np.asarray(R, dtype=float)
-    if R.ndim not in (1, 2): raise ValueError(f"R must have shape (G,) or (P, G), got {R.shape}")
-    if R.shape[-1] < 2: raise ValueError(f"GRPO needs a group of at least 2 rollouts per question, got group size {R.shape[-1]}")
-    mu, sd = R.mean(-1, keepdims=True), R.std(-1, keepdims=True)   # population std, as np.std in the official code
+    if R.ndim not in (1, 2):
+        raise ValueError(f"R must have shape (G,) or (P, G), got {R.shape}")
+    if R.shape[-1] < 2:
+        raise ValueError(
+            f"GRPO needs a group of at least 2 rollouts per question, got group size {R.shape[-1]}"
+        )
+    # population std, as np.std in the official code
+    mu, sd = R.mean(-1, keepdims=True), R.std(-1, keepdims=True)
     A = (R - mu) / (sd + eps)
-    const = (R.max(-1, keepdims=True) == R.min(-1, keepdims=True))
+    const = R.max(-1, keepdims=True) == R.min(-1, keepdims=True)
     return np.where(const, 0.0, A)
 
-def grpo_loss(logp:torch.Tensor,          # log pi_theta(y_i), (N,), with gradient
-              logp_old:torch.Tensor,      # log pi_old(y_i) at sampling time, (N,)
-              A:torch.Tensor,             # advantages, (N,)
-              clip:float=0.2,             # clip_lower = clip_higher = 0.2 (train_dr_tulu.sh)
-              logp_ref:torch.Tensor|None=None, # log pi_ref(y_i) for the KL penalty, (N,)
-              beta:float=0.0,             # KL coefficient (0.001 in the paper with LLMs)
-             )->torch.Tensor:             # per-rollout loss, (N,)
-    "PPO clipped surrogate with GRPO advantages plus `beta` times the kl3 estimate of KL(pi_theta || pi_ref)."
+
+def grpo_loss(
+    logp: torch.Tensor,  # log pi_theta(y_i), (N,), with gradient
+    logp_old: torch.Tensor,  # log pi_old(y_i) at sampling time, (N,)
+    A: torch.Tensor,  # advantages, (N,)
+    clip: float = 0.2,  # clip_lower = clip_higher = 0.2 (train_dr_tulu.sh)
+    logp_ref: torch.Tensor | None = None,  # log pi_ref(y_i) for the KL penalty, (N,)
+    beta: float = 0.0,  # KL coefficient (0.001 in the paper with LLMs)
+) -> torch.Tensor:  # per-rollout loss, (N,)
+    ("PPO clipped surrogate with GRPO advantages plus `beta` times the kl3 estimate of "
+     "KL(pi_theta || pi_ref).")
     ratio = torch.exp(logp - logp_old.detach())
-    loss = -torch.minimum(ratio*A, ratio.clamp(1 - clip, 1 + clip)*A)
+    loss = -torch.minimum(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A)
     if beta:
-        if logp_ref is None: raise ValueError("beta > 0 needs logp_ref, the reference policy's log-probabilities")
+        if logp_ref is None:
+            raise ValueError("beta > 0 needs logp_ref, the reference policy's log-probabilities")
         d = logp_ref.detach() - logp
-        loss = loss + beta*(torch.exp(d) - d - 1)
+        loss = loss + beta * (torch.exp(d) - d - 1)
     return loss
 
 # %% ../nbs/13_rler.ipynb #9daa8440
 @dataclass
 class RubricBuffer:
-    "The per-question rubric buffer of RLER: persistent rubrics (never pruned), active ones and retired ones."
-    question: str                                        # the question text (rubric keys depend on it)
-    persistent: list = field(default_factory=list)       # dataset rubrics, used for every rollout
-    active: list = field(default_factory=list)           # generated rubrics currently in use
-    inactive: list = field(default_factory=list)         # retired rubrics
+    ("The per-question rubric buffer of RLER: persistent rubrics (never pruned), active ones and "
+     "retired ones.")
+    question: str  # the question text (rubric keys depend on it)
+    persistent: list = field(default_factory=list)  # dataset rubrics, used for every rollout
+    active: list = field(default_factory=list)  # generated rubrics currently in use
+    inactive: list = field(default_factory=list)  # retired rubrics
 
-    def rubrics(self)->list:
+    def rubrics(self) -> list:
         "The rubrics that score a rollout: persistent first, then active."
         return self.persistent + self.active
 
-    def keys(self, which:str="active")->set:
+    def keys(self, which: str = "active") -> set:
         "Keys of the rubrics in one list: 'persistent', 'active' or 'inactive'."
         return {u.key(self.question) for u in getattr(self, which)}
 
-    def all_keys(self)->set:
+    def all_keys(self) -> set:
         "Keys of every rubric the buffer holds (persistent, active and inactive)."
         return self.keys("persistent") | self.keys("active") | self.keys("inactive")
 
-    def add(self, new:Sequence[Rubric]):
-        "Append newly generated rubrics to the active list (`update_ground_truths_with_adaptive_rubrics`)."
+    def add(self, new: Sequence[Rubric]):
+        ("Append newly generated rubrics to the active list "
+         "(`update_ground_truths_with_adaptive_rubrics`).")
         self.active.extend(new)
 
 # %% ../nbs/13_rler.ipynb #25610353
 @patch
-def prune(self:RubricBuffer,
-           active_scores:np.ndarray, # (G, n_active) judge scores of the active rubrics on this step's rollouts; NaN = no statistics
-           max_active:int=5,         # max_active_rubrics (grpo_fast.py default, train_dr_tulu.sh)
-          )->dict:                   # {"retired_zero_std": n, "retired_cap": n, "std": (n_active,) stds}
-    "Retire active rubrics whose scores have zero std, then keep the `max_active` with the largest std."
+def prune(
+    self: RubricBuffer,
+    active_scores: np.ndarray,  # (G, n_active) active rubrics' scores this step; NaN: no stats
+    max_active: int = 5,  # max_active_rubrics (grpo_fast.py default, train_dr_tulu.sh)
+) -> dict:  # {"retired_zero_std": n, "retired_cap": n, "std": (n_active,) stds}
+    ("Retire active rubrics whose scores have zero std, then keep the `max_active` with the "
+     "largest std.")
     S = np.asarray(active_scores, dtype=float)
     if S.ndim != 2 or S.shape[1] != len(self.active):
-        raise ValueError(f"active_scores must have shape (G, {len(self.active)}) (one column per active rubric), got {S.shape}")
-    if not isinstance(max_active, (int, np.integer)) or max_active < 1: raise ValueError(f"max_active must be an int >= 1, got {max_active!r}")
-    has = ~np.isnan(S).any(0) if len(S) else np.zeros(S.shape[1], bool)   # rubrics with statistics
+        raise ValueError(
+            f"active_scores must have shape (G, {len(self.active)}) (one column per active "
+            f"rubric), got {S.shape}"
+        )
+    if not isinstance(max_active, (int, np.integer)) or max_active < 1:
+        raise ValueError(f"max_active must be an int >= 1, got {max_active!r}")
+    has = ~np.isnan(S).any(0) if len(S) else np.zeros(S.shape[1], bool)  # rubrics with statistics
     std = np.where(has, np.nan_to_num(S).std(0), np.nan) if len(S) else np.full(S.shape[1], np.nan)
-    keep = [not (has[j] and std[j] == 0) for j in range(len(self.active))]          # step 2: zero-std rubrics retire
+    # step 2: zero-std rubrics retire
+    keep = [not (has[j] and std[j] == 0) for j in range(len(self.active))]
     n_zero = keep.count(False)
-    ranked = [j for j in np.argsort(-np.nan_to_num(std, nan=-1.0), kind="stable") if keep[j] and has[j]]
+    ranked = [
+        j for j in np.argsort(-np.nan_to_num(std, nan=-1.0), kind="stable") if keep[j] and has[j]
+    ]
     n_cap = 0
-    if sum(keep) > max_active:                                                      # step 3: cap by std
-        for j in ranked[max_active:]: keep[j] = False; n_cap += 1
+    # step 3: cap by std
+    if sum(keep) > max_active:
+        for j in ranked[max_active:]:
+            keep[j] = False
+            n_cap += 1
     self.inactive.extend(u for u, k in zip(self.active, keep) if not k)
     self.active = [u for u, k in zip(self.active, keep) if k]
     return {"retired_zero_std": n_zero, "retired_cap": n_cap, "std": std}
@@ -182,90 +234,190 @@ def prune(self:RubricBuffer,
 OMIT, MEMORY, SEARCH = 0, 1, 2        # plan options per fact
 NONE, CORRECT, MISCONCEPTION = 0, 1, 2 # what an answer states about a fact
 CONDITIONS = ("rler", "static_search", "static_all", "closed_book", "general")
-_SYLLABLES = ["var", "nel", "tor", "ash", "quin", "bel", "dra", "mor", "sil", "ven", "kal", "ith", "orn", "pel",
-              "zan", "rhu", "tes", "lom", "cor", "fen", "gal", "mir"]
-_ENTITIES = ["reactor", "glacier", "alloy", "enzyme", "observatory", "canal", "telescope", "archipelago", "dam", "comet"]
-_ATTRIBUTES = [("coolant temperature", "K", 300, 900), ("mass", "t", 10, 990), ("length", "km", 2, 400),
-               ("founding year", "", 1700, 2020), ("staff count", "people", 20, 5000), ("depth", "m", 5, 3000),
-               ("annual budget", "million crowns", 3, 900), ("peak power", "MW", 5, 2000),
-               ("operating pressure", "bar", 2, 300), ("altitude", "m", 100, 5000), ("half-life", "days", 2, 900),
-               ("density", "kg/m3", 500, 9000)]
-FILLER_SENTENCES = ("This is a complex topic with many facets worth considering.",
-                    "Many factors play a role here and each one deserves attention.",
-                    "Further research may shed more light on these questions.")
+_SYLLABLES = [
+    "var",
+    "nel",
+    "tor",
+    "ash",
+    "quin",
+    "bel",
+    "dra",
+    "mor",
+    "sil",
+    "ven",
+    "kal",
+    "ith",
+    "orn",
+    "pel",
+    "zan",
+    "rhu",
+    "tes",
+    "lom",
+    "cor",
+    "fen",
+    "gal",
+    "mir",
+]
+_ENTITIES = [
+    "reactor",
+    "glacier",
+    "alloy",
+    "enzyme",
+    "observatory",
+    "canal",
+    "telescope",
+    "archipelago",
+    "dam",
+    "comet",
+]
+_ATTRIBUTES = [
+    ("coolant temperature", "K", 300, 900),
+    ("mass", "t", 10, 990),
+    ("length", "km", 2, 400),
+    ("founding year", "", 1700, 2020),
+    ("staff count", "people", 20, 5000),
+    ("depth", "m", 5, 3000),
+    ("annual budget", "million crowns", 3, 900),
+    ("peak power", "MW", 5, 2000),
+    ("operating pressure", "bar", 2, 300),
+    ("altitude", "m", 100, 5000),
+    ("half-life", "days", 2, 900),
+    ("density", "kg/m3", 500, 9000),
+]
+FILLER_SENTENCES = (
+    "This is a complex topic with many facets worth considering.",
+    "Many factors play a role here and each one deserves attention.",
+    "Further research may shed more light on these questions.",
+)
+
 
 @dataclass
 class Rollouts:
-    "A batch of N answers: what each states about each of the F facts, what it cited and searched, and its filler."
-    q: np.ndarray         # (N,) question ids
-    stated: np.ndarray    # (N, F) NONE / CORRECT / MISCONCEPTION
-    cited: np.ndarray     # (N, F) bool: stated with a citation
-    searched: np.ndarray  # (N, F) bool: searched; the evidence (correct value) was retrieved
-    filler: np.ndarray    # (N,) number of filler sentences
-    order: np.ndarray     # (N, F) order in which the facts were processed (for the search trace)
+    ("A batch of N answers: what each states about each of the F facts, what it cited and "
+     "searched, and its filler.")
 
-    def __len__(self): return len(self.q)
+    q: np.ndarray  # (N,) question ids
+    stated: np.ndarray  # (N, F) NONE / CORRECT / MISCONCEPTION
+    cited: np.ndarray  # (N, F) bool: stated with a citation
+    searched: np.ndarray  # (N, F) bool: searched; the evidence (correct value) was retrieved
+    filler: np.ndarray  # (N,) number of filler sentences
+    order: np.ndarray  # (N, F) order in which the facts were processed (for the search trace)
+
+    def __len__(self):
+        return len(self.q)
+
     def __getitem__(self, i):
         "Rollouts `i` (an int, slice or index array), as a `Rollouts`."
         i = [i] if isinstance(i, (int, np.integer)) else i
-        return Rollouts(self.q[i], self.stated[i], self.cited[i], self.searched[i], self.filler[i], self.order[i])
+        return Rollouts(
+            self.q[i],
+            self.stated[i],
+            self.cited[i],
+            self.searched[i],
+            self.filler[i],
+            self.order[i],
+        )
+
     @property
-    def n_statements(self)->np.ndarray: return (self.stated > 0).sum(1)
+    def n_statements(self) -> np.ndarray:
+        return (self.stated > 0).sum(1)
+
     @property
-    def n_search(self)->np.ndarray: return self.searched.sum(1)
+    def n_search(self) -> np.ndarray:
+        return self.searched.sum(1)
+
     @property
-    def has_answer(self)->np.ndarray: return self.n_statements > 0
+    def has_answer(self) -> np.ndarray:
+        return self.n_statements > 0
 
 # %% ../nbs/13_rler.ipynb #fd149328
 class SynthResearchEnv:
-    "Fictional research questions with common and obscure facts, misconceptions, distractors, a search budget and filler."
-    def __init__(self, n_questions:int=16,    # Q, number of questions
-                 seed:int=0,                   # seed of the world (facts, values, persistent rubric picks)
-                 n_common:int=3,               # key facts the policy's memory mostly knows
-                 n_obscure:int=3,              # key facts the memory mostly gets wrong
-                 n_distractors:int=2,          # relevant-looking facts with no oracle credit
-                 p_common:float=0.9,           # memory is right with this probability on common facts
-                 p_obscure:float=0.25,         # ... on obscure facts
-                 p_distractor:float=0.9,       # ... on distractors
-                 search_budget:int=4,          # B, searches per answer
-                 max_filler:int=3,             # filler counts are 0..max_filler
-                 false_penalty:float=0.5,      # oracle penalty per false statement (times 1/K)
-                 filler_penalty:float=0.05,    # oracle penalty per filler sentence
-                 p_writer_wrong:float=0.75,    # closed-book writer holds the misconception of an obscure fact
-                ):
-        for name, v in (("p_common", p_common), ("p_obscure", p_obscure), ("p_distractor", p_distractor), ("p_writer_wrong", p_writer_wrong)):
-            if not 0 <= v <= 1: raise ValueError(f"{name} must be a probability in [0, 1], got {v}")
-        if n_questions < 1 or n_common < 1 or n_obscure < 1 or n_distractors < 0 or search_budget < 0 or max_filler < 0:
-            raise ValueError("need n_questions, n_common, n_obscure >= 1 and n_distractors, search_budget, max_filler >= 0")
+    ("Fictional research questions with common and obscure facts, misconceptions, distractors, a "
+     "search budget and filler.")
+    def __init__(
+        self,
+        n_questions: int = 16,  # Q, number of questions
+        seed: int = 0,  # seed of the world (facts, values, persistent rubric picks)
+        n_common: int = 3,  # key facts the policy's memory mostly knows
+        n_obscure: int = 3,  # key facts the memory mostly gets wrong
+        n_distractors: int = 2,  # relevant-looking facts with no oracle credit
+        p_common: float = 0.9,  # memory is right with this probability on common facts
+        p_obscure: float = 0.25,  # ... on obscure facts
+        p_distractor: float = 0.9,  # ... on distractors
+        search_budget: int = 4,  # B, searches per answer
+        max_filler: int = 3,  # filler counts are 0..max_filler
+        false_penalty: float = 0.5,  # oracle penalty per false statement (times 1/K)
+        filler_penalty: float = 0.05,  # oracle penalty per filler sentence
+        p_writer_wrong: float = 0.75,  # closed-book writer holds an obscure fact's misconception
+    ):
+        for name, v in (
+            ("p_common", p_common),
+            ("p_obscure", p_obscure),
+            ("p_distractor", p_distractor),
+            ("p_writer_wrong", p_writer_wrong),
+        ):
+            if not 0 <= v <= 1:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {v}")
+        if (
+            n_questions < 1
+            or n_common < 1
+            or n_obscure < 1
+            or n_distractors < 0
+            or search_budget < 0
+            or max_filler < 0
+        ):
+            raise ValueError(
+                "need n_questions, n_common, n_obscure >= 1 and n_distractors, search_budget, "
+                "max_filler >= 0"
+            )
         self.Q, self.K = int(n_questions), n_common + n_obscure
         self.F = self.K + n_distractors
-        if self.F > len(_ATTRIBUTES): raise ValueError(f"at most {len(_ATTRIBUTES)} facts per question, got {self.F}")
+        if self.F > len(_ATTRIBUTES):
+            raise ValueError(f"at most {len(_ATTRIBUTES)} facts per question, got {self.F}")
         self.n_common, self.n_obscure, self.n_distractors = n_common, n_obscure, n_distractors
         self.search_budget, self.max_filler = search_budget, max_filler
         self.false_penalty, self.filler_penalty = false_penalty, filler_penalty
-        self.is_key = np.arange(self.F) < self.K                                            # (F,)
-        self.is_obscure = (np.arange(self.F) >= n_common) & self.is_key                    # (F,)
-        self.p_mem = np.where(self.is_obscure, p_obscure, np.where(self.is_key, p_common, p_distractor))
+        self.is_key = np.arange(self.F) < self.K  # (F,)
+        self.is_obscure = (np.arange(self.F) >= n_common) & self.is_key  # (F,)
+        self.p_mem = np.where(
+            self.is_obscure, p_obscure, np.where(self.is_key, p_common, p_distractor)
+        )
         rng = np.random.default_rng([seed, 13])
-        self.entity, self.attr, self.values = [], np.zeros((self.Q, self.F), int), np.empty((self.Q, self.F, 3), object)
+        self.entity, self.attr, self.values = (
+            [],
+            np.zeros((self.Q, self.F), int),
+            np.empty((self.Q, self.F, 3), object),
+        )
         names = set()
         for q in range(self.Q):
             while True:
                 n = "".join(rng.choice(_SYLLABLES, 2)).capitalize()
-                if n not in names: names.add(n); break
+                if n not in names:
+                    names.add(n)
+                    break
             self.entity.append(f"{n} {_ENTITIES[rng.integers(len(_ENTITIES))]}")
-            self.attr[q] = rng.permutation(len(_ATTRIBUTES))[:self.F]
+            self.attr[q] = rng.permutation(len(_ATTRIBUTES))[: self.F]
             for f in range(self.F):
                 _, unit, lo, hi = _ATTRIBUTES[self.attr[q, f]]
                 v = int(rng.integers(lo, hi))
-                d = max(1, int(round(v*rng.uniform(0.15, 0.4)))) * (1 if rng.random() < 0.5 else -1)
+                d = max(1, int(round(v * rng.uniform(0.15, 0.4)))) * (
+                    1 if rng.random() < 0.5 else -1
+                )
                 self.values[q, f] = ["", f"{v} {unit}".strip(), f"{v + d} {unit}".strip()]
         # the two search-based persistent rubrics of each question: one common and one obscure fact
-        self.search_pick = np.stack([rng.integers(0, n_common, self.Q), n_common + rng.integers(0, n_obscure, self.Q)], 1)
-        # what a closed-book rubric writer believes: right on common facts, the misconception w.p. p_writer_wrong on obscure ones
-        self.writer_code = np.where(self.is_obscure[None] & (rng.random((self.Q, self.F)) < p_writer_wrong), MISCONCEPTION, CORRECT)
+        self.search_pick = np.stack(
+            [rng.integers(0, n_common, self.Q), n_common + rng.integers(0, n_obscure, self.Q)], 1
+        )
+        # what a closed-book rubric writer believes: right on common facts, the misconception
+        # w.p. p_writer_wrong on obscure ones
+        self.writer_code = np.where(
+            self.is_obscure[None] & (rng.random((self.Q, self.F)) < p_writer_wrong),
+            MISCONCEPTION,
+            CORRECT,
+        )
 
-    def __repr__(self): return f"SynthResearchEnv(Q={self.Q}, K={self.K}, F={self.F}, B={self.search_budget})"
+    def __repr__(self):
+        return f"SynthResearchEnv(Q={self.Q}, K={self.K}, F={self.F}, B={self.search_budget})"
 
 # %% ../nbs/13_rler.ipynb #ef4f48e0
 @patch
@@ -275,46 +427,80 @@ def rollout(self:SynthResearchEnv,
             filler:np.ndarray,   # (N,) filler sentences, 0..max_filler
             rng:np.random.Generator, # draws the processing order and the memory recalls
            )->Rollouts:
-    "Carry out N answer plans: searches within the budget (in a random order), memory recalls, citations, filler."
-    q, options, filler = np.atleast_1d(np.asarray(q)), np.atleast_2d(np.asarray(options)), np.atleast_1d(np.asarray(filler))
+    ("Carry out N answer plans: searches within the budget (in a random order), memory recalls, "
+     "citations, filler.")
+    q, options, filler = (
+        np.atleast_1d(np.asarray(q)),
+        np.atleast_2d(np.asarray(options)),
+        np.atleast_1d(np.asarray(filler)),
+    )
     N = len(q)
-    if options.shape != (N, self.F): raise ValueError(f"options must have shape (N, F) = ({N}, {self.F}), got {options.shape}")
-    if filler.shape != (N,): raise ValueError(f"filler must have shape ({N},), got {filler.shape}")
-    if q.min() < 0 or q.max() >= self.Q: raise ValueError(f"question ids must lie in 0..{self.Q - 1}")
-    if options.min() < 0 or options.max() > 2: raise ValueError("options must be OMIT (0), MEMORY (1) or SEARCH (2)")
-    if filler.min() < 0 or filler.max() > self.max_filler: raise ValueError(f"filler must lie in 0..{self.max_filler}")
-    order = np.argsort(rng.random((N, self.F)), axis=1)                       # (N, F) processing order
-    recall_ok = rng.random((N, self.F)) < self.p_mem[None]                     # (N, F) memory right?
-    want = np.take_along_axis(options == SEARCH, order, 1)                    # search requests, in processing order
-    granted = want & (np.cumsum(want, 1) <= self.search_budget)               # the first B requests are served
-    searched = np.zeros((N, self.F), bool); np.put_along_axis(searched, order, granted, 1)
-    from_memory = (options == MEMORY) | ((options == SEARCH) & ~searched)     # over-budget searches fall back to memory
-    stated = np.where(searched, CORRECT, np.where(from_memory, np.where(recall_ok, CORRECT, MISCONCEPTION), NONE))
+    if options.shape != (N, self.F):
+        raise ValueError(f"options must have shape (N, F) = ({N}, {self.F}), got {options.shape}")
+    if filler.shape != (N,):
+        raise ValueError(f"filler must have shape ({N},), got {filler.shape}")
+    if q.min() < 0 or q.max() >= self.Q:
+        raise ValueError(f"question ids must lie in 0..{self.Q - 1}")
+    if options.min() < 0 or options.max() > 2:
+        raise ValueError("options must be OMIT (0), MEMORY (1) or SEARCH (2)")
+    if filler.min() < 0 or filler.max() > self.max_filler:
+        raise ValueError(f"filler must lie in 0..{self.max_filler}")
+    # (N, F) processing order
+    order = np.argsort(rng.random((N, self.F)), axis=1)
+    # (N, F) memory right?
+    recall_ok = rng.random((N, self.F)) < self.p_mem[None]
+    # search requests, in processing order
+    want = np.take_along_axis(options == SEARCH, order, 1)
+    # the first B requests are served
+    granted = want & (np.cumsum(want, 1) <= self.search_budget)
+    searched = np.zeros((N, self.F), bool)
+    np.put_along_axis(searched, order, granted, 1)
+    # over-budget searches fall back to memory
+    from_memory = (options == MEMORY) | ((options == SEARCH) & ~searched)
+    stated = np.where(
+        searched, CORRECT, np.where(from_memory, np.where(recall_ok, CORRECT, MISCONCEPTION), NONE)
+    )
     return Rollouts(q, stated, searched.copy(), searched, filler.astype(int), order)
 
+
 @patch
-def oracle(self:SynthResearchEnv, r:Rollouts)->np.ndarray:
-    "Oracle score of each answer, (N,): key facts right minus false statements minus filler; reads only the answer."
+def oracle(self: SynthResearchEnv, r: Rollouts) -> np.ndarray:
+    ("Oracle score of each answer, (N,): key facts right minus false statements minus filler; "
+     "reads only the answer.")
     right = (r.stated[:, self.is_key] == CORRECT).sum(1)
     false = (r.stated == MISCONCEPTION).sum(1)
-    return right/self.K - self.false_penalty*false/self.K - self.filler_penalty*r.filler
+    return right / self.K - self.false_penalty * false / self.K - self.filler_penalty * r.filler
+
 
 @patch
-def reward_terms(self:SynthResearchEnv, r:Rollouts)->dict:
-    "The non-rubric reward terms of each answer: citation, format and search rewards, (N,) each, and `has_answer`."
+def reward_terms(self: SynthResearchEnv, r: Rollouts) -> dict:
+    ("The non-rubric reward terms of each answer: citation, format and search rewards, (N,) each, "
+     "and `has_answer`.")
     n = r.n_statements
-    return {"citation": np.where(n > 0, r.cited.sum(1)/np.maximum(n, 1), 0.0), "format": (n > 0).astype(float),
-            "search": np.minimum(r.n_search/3, 1.0), "has_answer": n > 0}
+    return {
+        "citation": np.where(n > 0, r.cited.sum(1) / np.maximum(n, 1), 0.0),
+        "format": (n > 0).astype(float),
+        "search": np.minimum(r.n_search / 3, 1.0),
+        "has_answer": n > 0,
+    }
+
 
 @patch
-def metrics(self:SynthResearchEnv, r:Rollouts)->dict:
-    "Evaluation metrics of a batch: oracle, coverage, hallucination rate, filler rate, citations and searches."
+def metrics(self: SynthResearchEnv, r: Rollouts) -> dict:
+    ("Evaluation metrics of a batch: oracle, coverage, hallucination rate, filler rate, citations "
+     "and searches.")
     n = r.n_statements
-    return {"oracle": float(self.oracle(r).mean()),
-            "coverage": float((r.stated[:, self.is_key] == CORRECT).mean()),               # key facts right
-            "hallucination": float((r.stated == MISCONCEPTION).sum() / max(n.sum(), 1)),    # false / all statements
-            "filler_rate": float((r.filler > 0).mean()),                                   # answers with any filler
-            "citation": float(self.reward_terms(r)["citation"].mean()), "searches": float(r.n_search.mean())}
+    return {
+        "oracle": float(self.oracle(r).mean()),
+        # key facts right
+        "coverage": float((r.stated[:, self.is_key] == CORRECT).mean()),
+        # false / all statements
+        "hallucination": float((r.stated == MISCONCEPTION).sum() / max(n.sum(), 1)),
+        # answers with any filler
+        "filler_rate": float((r.filler > 0).mean()),
+        "citation": float(self.reward_terms(r)["citation"].mean()),
+        "searches": float(r.n_search.mean()),
+    }
 
 # %% ../nbs/13_rler.ipynb #d47a42f0
 @patch
@@ -324,14 +510,17 @@ def question(self:SynthResearchEnv, q:int)->str:
 
 @patch
 def fact_sentence(self:SynthResearchEnv, q:int, f:int, code:int=CORRECT)->str:
-    "The sentence stating fact `f` of question `q` with its correct value (code 1) or its misconception (code 2)."
+    ("The sentence stating fact `f` of question `q` with its correct value (code 1) or its "
+     "misconception (code 2).")
     attr = _ATTRIBUTES[self.attr[q, f]][0]
-    ent = self.entity[q] if self.is_key[f] else self.entity[q].replace(" ", " II ", 1)   # distractors: a look-alike entity
+    # distractors: a look-alike entity
+    ent = self.entity[q] if self.is_key[f] else self.entity[q].replace(" ", " II ", 1)
     return f"The {attr} of the {ent} is {self.values[q, f, code]}."
 
 @patch
 def render(self:SynthResearchEnv, r:Rollouts, i:int=0, full:bool=False)->str:
-    "Answer `i` of `r` as text; `full=True` adds the search calls and retrieved snippets before the answer."
+    ("Answer `i` of `r` as text; `full=True` adds the search calls and retrieved snippets before "
+     "the answer.")
     q, parts = int(r.q[i]), []
     for f in range(self.F):
         if r.stated[i, f]:
@@ -343,158 +532,267 @@ def render(self:SynthResearchEnv, r:Rollouts, i:int=0, full:bool=False)->str:
     trace = []
     for f in r.order[i]:
         if r.searched[i, f]:
-            trace.append(f"<search>{self.entity[q] if self.is_key[f] else self.entity[q].replace(' ', ' II ', 1)} "
-                         f"{_ATTRIBUTES[self.attr[q, f]][0]}</search>\n<snippet id=d{f}>{self.fact_sentence(q, f)}</snippet>")
+            ent = self.entity[q] if self.is_key[f] else self.entity[q].replace(" ", " II ", 1)
+            trace.append(
+                f"<search>{ent} {_ATTRIBUTES[self.attr[q, f]][0]}</search>\n"
+                f"<snippet id=d{f}>{self.fact_sentence(q, f)}</snippet>"
+            )
     return "\n".join(trace + [f"<answer>{ans}</answer>"])
 
+
 @patch
-def fact_rubric(self:SynthResearchEnv, q:int, f:int, code:int=CORRECT, weight:float=1.0)->Rubric:
+def fact_rubric(
+    self: SynthResearchEnv, q: int, f: int, code: int = CORRECT, weight: float = 1.0
+) -> Rubric:
     "A rubric on fact `f`: positive ('states the value') or negative ('states the wrong value')."
     attr = _ATTRIBUTES[self.attr[q, f]][0]
     s = self.fact_sentence(q, f, code)
     desc = f"States that {s[0].lower()}{s[1:-1]}."
-    return Rubric("fact", weight, fact=f, value=self.values[q, f, code],
-                  title=f"{attr.capitalize()} {'reported' if weight > 0 else 'wrong'}", description=desc)
+    return Rubric(
+        "fact",
+        weight,
+        fact=f,
+        value=self.values[q, f, code],
+        title=f"{attr.capitalize()} {'reported' if weight > 0 else 'wrong'}",
+        description=desc,
+    )
+
 
 @patch
-def filler_rubric(self:SynthResearchEnv, weight:float=-1.0)->Rubric:
+def filler_rubric(self: SynthResearchEnv, weight: float = -1.0) -> Rubric:
     "The negative rubric against padding."
-    return Rubric("filler", weight, title="Generic filler",
-                  description="Pads the answer with generic filler sentences that add no information about the question.")
+    return Rubric(
+        "filler",
+        weight,
+        title="Generic filler",
+        description=(
+            "Pads the answer with generic filler sentences that add no information "
+            "about the question."
+        ),
+    )
+
 
 @patch
-def general_rubric(self:SynthResearchEnv)->Rubric:
+def general_rubric(self: SynthResearchEnv) -> Rubric:
     "The single holistic rubric of the `general` regime."
-    return Rubric("general", 1.0, title="Comprehensive and thorough",
-                  description="The report covers the topic comprehensively and discusses it thoroughly, not superficially.")
+    return Rubric(
+        "general",
+        1.0,
+        title="Comprehensive and thorough",
+        description=(
+            "The report covers the topic comprehensively and discusses it thoroughly, "
+            "not superficially."
+        ),
+    )
+
 
 @patch
-def persistent_rubrics(self:SynthResearchEnv, condition:str, q:int)->list:
+def persistent_rubrics(self: SynthResearchEnv, condition: str, q: int) -> list:
     "The initial (persistent) rubrics of question `q` under a reward regime."
-    if condition in ("rler", "static_search"):      # 2 search-based rubrics: one common and one obscure fact, right values
+    # 2 search-based rubrics: one common and one obscure fact, right values
+    if condition in ("rler", "static_search"):
         return [self.fact_rubric(q, int(f)) for f in self.search_pick[q]]
-    if condition == "static_all":                   # the fair static control: one search-based rubric per key fact, right values
+    # the fair static control: one search-based rubric per key fact, right values
+    if condition == "static_all":
         return [self.fact_rubric(q, f) for f in range(self.K)]
-    if condition == "closed_book":                  # the writer's memory: right on common facts, often wrong on obscure ones
+    # the writer's memory: right on common facts, often wrong on obscure ones
+    if condition == "closed_book":
         return [self.fact_rubric(q, f, int(self.writer_code[q, f])) for f in range(self.K)]
-    if condition == "general": return [self.general_rubric()]
+    if condition == "general":
+        return [self.general_rubric()]
     raise ValueError(f"unknown condition {condition!r}; choose one of {CONDITIONS}")
 
 # %% ../nbs/13_rler.ipynb #bd07f1d7
 class ProgrammaticJudge:
     "Rule-based judge of the synthetic world; the holistic rubric is scored with a length bias."
-    def __init__(self, length_norm:float=8.0,   # general rubric: s = min(1, (statements + filler_weight*filler)/length_norm)
-                 filler_weight:float=2.0):       # filler counts double for the holistic judge
+
+    def __init__(
+        self,
+        length_norm: float = 8.0,  # s = min(1, (statements + filler_weight*filler)/length_norm)
+        filler_weight: float = 2.0,  # filler counts double for the holistic judge
+    ):
         self.length_norm, self.filler_weight = length_norm, filler_weight
 
-    def score(self, env:SynthResearchEnv, rubric:Rubric, r:Rollouts)->np.ndarray:
+    def score(self, env: SynthResearchEnv, rubric: Rubric, r: Rollouts) -> np.ndarray:
         "Scores of one rubric on each answer of `r`, (N,) in [0, 1]."
         if rubric.kind == "fact":
-            if not 0 <= rubric.fact < env.F: raise ValueError(f"rubric fact {rubric.fact} is not one of the {env.F} facts")
+            if not 0 <= rubric.fact < env.F:
+                raise ValueError(f"rubric fact {rubric.fact} is not one of the {env.F} facts")
             said = env.values[r.q, rubric.fact, r.stated[:, rubric.fact]]
             return ((r.stated[:, rubric.fact] > 0) & (said == rubric.value)).astype(float)
-        if rubric.kind == "filler": return (r.filler > 0).astype(float)
+        if rubric.kind == "filler":
+            return (r.filler > 0).astype(float)
         if rubric.kind == "general":
-            return np.minimum(1.0, (r.n_statements + self.filler_weight*r.filler) / self.length_norm)
-        raise ValueError("the programmatic judge cannot read free-text ('text') rubrics; score them with LMJudge")
+            return np.minimum(
+                1.0, (r.n_statements + self.filler_weight * r.filler) / self.length_norm
+            )
+        raise ValueError(
+            "the programmatic judge cannot read free-text ('text') rubrics; score them with LMJudge"
+        )
 
-    def score_matrix(self, env:SynthResearchEnv, rubrics:Sequence[Rubric], r:Rollouts)->np.ndarray:
+    def score_matrix(
+        self, env: SynthResearchEnv, rubrics: Sequence[Rubric], r: Rollouts
+    ) -> np.ndarray:
         "Scores of every rubric on every answer, (N, m)."
-        return np.stack([self.score(env, u, r) for u in rubrics], 1) if rubrics else np.zeros((len(r), 0))
+        return (
+            np.stack([self.score(env, u, r) for u in rubrics], 1)
+            if rubrics
+            else np.zeros((len(r), 0))
+        )
 
-    def score_groups(self, env:SynthResearchEnv, rubric_lists:Sequence[list], groups:Sequence[Rollouts])->list:
+    def score_groups(
+        self, env: SynthResearchEnv, rubric_lists: Sequence[list], groups: Sequence[Rollouts]
+    ) -> list:
         "`score_matrix` for several (rubrics, group) pairs."
         return [self.score_matrix(env, us, g) for us, g in zip(rubric_lists, groups)]
 
 # %% ../nbs/13_rler.ipynb #63dbd0a0
-JUDGE_USER = "Question: {question}\nResponse: {response}\n\nCriterion: {criterion}\nDoes the response meet the criterion? Answer Yes or No."
+JUDGE_USER = (
+    "Question: {question}\nResponse: {response}\n\nCriterion: {criterion}\n"
+    "Does the response meet the criterion? Answer Yes or No."
+)
+
 
 class LMJudge:
-    "A causal LM as rubric judge: s = P(Yes) / (P(Yes) + P(No)) for the next token after the judging prompt."
-    def __init__(self, model=None,            # a loaded causal LM (with `tok`), or None to load `model_path`
-                 tok=None,                     # its tokenizer
-                 model_path:str|None=None,     # folder, .gguf or local hub name; None: SmolLM2-135M-Instruct
-                 device:str="cpu",             # "auto", "cpu", "cuda", ...
-                 batch_size:int=32,            # prompts per forward pass
-                 dtype:torch.dtype|None=None,  # None: bfloat16 on CUDA, float32 on CPU
-                 cache:bool=True,              # remember scores of repeated triples
-                 template:str=JUDGE_USER,      # user message with {question}, {response} and {criterion}
-                 system:str|None=None):        # system message; None: the chat template's default
+    ("A causal LM as rubric judge: s = P(Yes) / (P(Yes) + P(No)) for the next token after the "
+     "judging prompt.")
+
+    def __init__(
+        self,
+        model=None,  # a loaded causal LM (with `tok`), or None to load `model_path`
+        tok=None,  # its tokenizer
+        model_path: str
+        | None = None,  # folder, .gguf or local hub name; None: SmolLM2-135M-Instruct
+        device: str = "cpu",  # "auto", "cpu", "cuda", ...
+        batch_size: int = 32,  # prompts per forward pass
+        dtype: torch.dtype | None = None,  # None: bfloat16 on CUDA, float32 on CPU
+        cache: bool = True,  # remember scores of repeated triples
+        template: str = JUDGE_USER,  # user message with {question}, {response} and {criterion}
+        system: str | None = None,  # system message; None: the chat template's default
+    ):
         from maspob_etal.models import load_causal_lm
+
         if model is None:
             d = get_device(device)
-            model, tok = load_causal_lm(model_path, device=str(d), dtype=dtype or (torch.bfloat16 if d.type == "cuda" else torch.float32))
-        elif tok is None: raise ValueError("pass the tokenizer `tok` together with `model`")
+            model, tok = load_causal_lm(
+                model_path,
+                device=str(d),
+                dtype=dtype or (torch.bfloat16 if d.type == "cuda" else torch.float32),
+            )
+        elif tok is None:
+            raise ValueError("pass the tokenizer `tok` together with `model`")
         if not all(k in template for k in ("{question}", "{response}", "{criterion}")):
             raise ValueError("template must contain {question}, {response} and {criterion}")
-        self.model, self.tok, self.batch_size, self.template, self.system = model, tok, batch_size, template, system
+        self.model, self.tok, self.batch_size, self.template, self.system = (
+            model,
+            tok,
+            batch_size,
+            template,
+            system,
+        )
         self.yes_id = tok("Yes", add_special_tokens=False)["input_ids"][0]
         self.no_id = tok("No", add_special_tokens=False)["input_ids"][0]
-        self.cache = {} if cache else None                     # hash of (question, response, criterion) -> score
-        self.n_forward = 0                                    # prompts actually run through the model
+        # hash of (question, response, criterion) -> score
+        self.cache = {} if cache else None
+        # prompts actually run through the model
+        self.n_forward = 0
         from maspob_etal.models import chat_prompt
-        t = chat_prompt(tok, "<<<user>>>", system=system)      # render the chat template once
+
+        t = chat_prompt(tok, "<<<user>>>", system=system)  # render the chat template once
         self._tmpl = t.split("<<<user>>>") if t.count("<<<user>>>") == 1 else None
 
-    def prompt(self, question:str, response:str, criterion:str)->str:
+    def prompt(self, question: str, response: str, criterion: str) -> str:
         "The chat-formatted judging prompt; the answer starts right after it."
         user = self.template.format(question=question, response=response, criterion=criterion)
-        if self._tmpl is not None: return self._tmpl[0] + user + self._tmpl[1]
+        if self._tmpl is not None:
+            return self._tmpl[0] + user + self._tmpl[1]
         from maspob_etal.models import chat_prompt
+
         return chat_prompt(self.tok, user, system=self.system)
 
 # %% ../nbs/13_rler.ipynb #b4cf3ada
 @patch
 @torch.no_grad()
-def score_batch(self:LMJudge, questions:Sequence[str], responses_text:Sequence[str], criteria:Sequence[str])->np.ndarray:
-    "Judge each (question, response, criterion) triple; returns P(Yes)/(P(Yes)+P(No)), (n,) in [0, 1]."
+def score_batch(
+    self: LMJudge, questions: Sequence[str], responses_text: Sequence[str], criteria: Sequence[str]
+) -> np.ndarray:
+    ("Judge each (question, response, criterion) triple; returns P(Yes)/(P(Yes)+P(No)), (n,) in "
+     "[0, 1].")
     if isinstance(questions, str) or isinstance(responses_text, str) or isinstance(criteria, str):
         raise TypeError("questions, responses_text and criteria must be lists of strings")
     n = len(questions)
     if not (len(responses_text) == len(criteria) == n):
-        raise ValueError(f"need one response and one criterion per question, got {n}, {len(responses_text)}, {len(criteria)}")
+        raise ValueError(
+            f"need one response and one criterion per question, got {n}, {len(responses_text)}, "
+            f"{len(criteria)}"
+        )
     out, todo = np.zeros(n), {}
     for i, t in enumerate(zip(questions, responses_text, criteria)):
         h = hash(t)
-        if self.cache is not None and h in self.cache: out[i] = self.cache[h]
-        else: todo.setdefault(t, []).append(i)
+        if self.cache is not None and h in self.cache:
+            out[i] = self.cache[h]
+        else:
+            todo.setdefault(t, []).append(i)
     triples = list(todo)
     if triples:
         prompts = [self.prompt(*t) for t in triples]
         lens = [len(p) for p in prompts]
-        idx = sorted(range(len(prompts)), key=lambda j: lens[j])    # similar lengths together: less padding
+        # similar lengths together: less padding
+        idx = sorted(range(len(prompts)), key=lambda j: lens[j])
         dev = next(self.model.parameters()).device
         self.tok.padding_side = "left"
         for b in range(0, len(idx), self.batch_size):
-            part = idx[b:b + self.batch_size]
-            enc = self.tok([prompts[j] for j in part], return_tensors="pt", padding=True, add_special_tokens=False).to(dev)
-            pos = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)   # left padding: positions start at each prompt
-            try: logits = self.model(**enc, position_ids=pos, logits_to_keep=1).logits[:, -1].float()
-            except TypeError: logits = self.model(**enc, position_ids=pos).logits[:, -1].float()
-            s = torch.sigmoid(logits[:, self.yes_id] - logits[:, self.no_id]).cpu().numpy()  # P(Yes)/(P(Yes)+P(No))
+            part = idx[b : b + self.batch_size]
+            enc = self.tok(
+                [prompts[j] for j in part],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            ).to(dev)
+            # left padding: positions start at each prompt
+            pos = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+            try:
+                logits = self.model(**enc, position_ids=pos, logits_to_keep=1).logits[:, -1].float()
+            except TypeError:
+                logits = self.model(**enc, position_ids=pos).logits[:, -1].float()
+            # P(Yes)/(P(Yes)+P(No))
+            s = torch.sigmoid(logits[:, self.yes_id] - logits[:, self.no_id]).cpu().numpy()
             self.n_forward += len(part)
             for j, v in zip(part, s):
-                if self.cache is not None: self.cache[hash(triples[j])] = float(v)
-                for i in todo[triples[j]]: out[i] = v
+                if self.cache is not None:
+                    self.cache[hash(triples[j])] = float(v)
+                for i in todo[triples[j]]:
+                    out[i] = v
     return out
 
+
 @patch
-def score_matrix(self:LMJudge, env:SynthResearchEnv, rubrics:Sequence[Rubric], r:Rollouts)->np.ndarray:
+def score_matrix(
+    self: LMJudge, env: SynthResearchEnv, rubrics: Sequence[Rubric], r: Rollouts
+) -> np.ndarray:
     "Scores of every rubric on every rendered answer, (N, m)."
     return self.score_groups(env, [rubrics], [r])[0]
 
+
 @patch
-def score_groups(self:LMJudge, env:SynthResearchEnv, rubric_lists:Sequence[list], groups:Sequence[Rollouts])->list:
+def score_groups(
+    self: LMJudge, env: SynthResearchEnv, rubric_lists: Sequence[list], groups: Sequence[Rollouts]
+) -> list:
     "`score_matrix` for several (rubrics, group) pairs, in one batched call."
     Qs, As, Cs, shapes = [], [], [], []
     for us, g in zip(rubric_lists, groups):
         texts = [env.render(g, i) for i in range(len(g))]
         for i in range(len(g)):
-            for u in us: Qs.append(env.question(int(g.q[i]))); As.append(texts[i]); Cs.append(u.description)
+            for u in us:
+                Qs.append(env.question(int(g.q[i])))
+                As.append(texts[i])
+                Cs.append(u.description)
         shapes.append((len(g), len(us)))
     s = self.score_batch(Qs, As, Cs) if Qs else np.zeros(0)
     out, k = [], 0
-    for G, m in shapes: out.append(s[k:k + G*m].reshape(G, m)); k += G*m
+    for G, m in shapes:
+        out.append(s[k : k + G * m].reshape(G, m))
+        k += G * m
     return out
 
 # %% ../nbs/13_rler.ipynb #7b4a62bd
@@ -504,19 +802,26 @@ def auroc(labels:np.ndarray,  # (n,) binary labels (1 = criterion met)
     "Area under the ROC curve by the Mann-Whitney statistic, with ties counted one half."
     from scipy.stats import rankdata
     y, s = np.asarray(labels).astype(bool), np.asarray(scores, dtype=float)
-    if y.shape != s.shape or y.ndim != 1: raise ValueError(f"labels and scores must be 1-d arrays of one length, got {y.shape} and {s.shape}")
+    if y.shape != s.shape or y.ndim != 1:
+        raise ValueError(
+            f"labels and scores must be 1-d arrays of one length, got {y.shape} and {s.shape}"
+        )
     n1, n0 = y.sum(), (~y).sum()
-    if n1 == 0 or n0 == 0: raise ValueError("AUROC needs both positive and negative labels")
-    return float((rankdata(s)[y].sum() - n1*(n1 + 1)/2) / (n1*n0))
+    if n1 == 0 or n0 == 0:
+        raise ValueError("AUROC needs both positive and negative labels")
+    return float((rankdata(s)[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
-def auroc_ci(labels:np.ndarray,   # (n,) binary labels
-             scores:np.ndarray,   # (n,) scores
-             n_boot:int=2000,     # bootstrap resamples
-             seed:int=0,
-            )->tuple:             # (AUROC, 2.5 % quantile, 97.5 % quantile)
+
+def auroc_ci(
+    labels: np.ndarray,  # (n,) binary labels
+    scores: np.ndarray,  # (n,) scores
+    n_boot: int = 2000,  # bootstrap resamples
+    seed: int = 0,  # (AUROC, 2.5 % quantile, 97.5 % quantile)
+) -> tuple:
     "AUROC with a 95 % bootstrap CI that resamples positives and negatives separately (stratified)."
     y, s = np.asarray(labels).astype(bool), np.asarray(scores, dtype=float)
-    a = auroc(y, s); rng = np.random.default_rng(seed)
+    a = auroc(y, s)
+    rng = np.random.default_rng(seed)
     pos, neg = s[y], s[~y]
     boots = []
     for _ in range(n_boot):
@@ -525,279 +830,501 @@ def auroc_ci(labels:np.ndarray,   # (n,) binary labels
     lo, hi = np.quantile(boots, [0.025, 0.975])
     return a, float(lo), float(hi)
 
-def judge_audit_pairs(env:SynthResearchEnv,   # the world
-                      n_pairs:int,             # number of (answer, rubric) pairs
-                      rng:np.random.Generator, # draws answers and rubrics
-                     )->tuple:                 # (rollouts (n_pairs answers), rubrics (list), labels (n_pairs,) from ProgrammaticJudge)
-    "Random (answer, fact or filler rubric) pairs with the programmatic judge's verdicts, about half of them met."
+
+def judge_audit_pairs(
+    env: SynthResearchEnv,  # the world
+    n_pairs: int,  # number of (answer, rubric) pairs
+    rng: np.random.Generator,  # draws answers and rubrics
+) -> tuple:  # (rollouts, rubrics, labels (n_pairs,) from ProgrammaticJudge)
+    ("Random (answer, fact or filler rubric) pairs with the programmatic judge's verdicts, about "
+     "half of them met.")
     q = rng.integers(0, env.Q, n_pairs)
-    options = rng.integers(0, 3, (n_pairs, env.F)); filler = rng.integers(0, env.max_filler + 1, n_pairs)
+    options = rng.integers(0, 3, (n_pairs, env.F))
+    filler = rng.integers(0, env.max_filler + 1, n_pairs)
     r = env.rollout(q, options, filler, rng)
     jd, rubrics, labels = ProgrammaticJudge(), [], []
     for i in range(n_pairs):
         stated = np.flatnonzero(r.stated[i])
-        if rng.random() < 0.15: u = env.filler_rubric()
-        elif rng.random() < 0.5 and len(stated):                                  # a rubric on a value the answer states
-            f = int(rng.choice(stated)); u = env.fact_rubric(int(q[i]), f, int(r.stated[i, f]), 1.0)
-        else:                                                                     # a value the answer does not state
-            f = int(rng.integers(env.F)); c = CORRECT if r.stated[i, f] == MISCONCEPTION else (MISCONCEPTION if r.stated[i, f] == CORRECT else int(rng.integers(1, 3)))
+        if rng.random() < 0.15:
+            u = env.filler_rubric()
+        # a rubric on a value the answer states
+        elif rng.random() < 0.5 and len(stated):
+            f = int(rng.choice(stated))
+            u = env.fact_rubric(int(q[i]), f, int(r.stated[i, f]), 1.0)
+        # a value the answer does not state
+        else:
+            f = int(rng.integers(env.F))
+            c = (
+                CORRECT
+                if r.stated[i, f] == MISCONCEPTION
+                else (MISCONCEPTION if r.stated[i, f] == CORRECT else int(rng.integers(1, 3)))
+            )
             u = env.fact_rubric(int(q[i]), f, c, 1.0)
-        rubrics.append(u); labels.append(jd.score(env, u, r[i])[0])
+        rubrics.append(u)
+        labels.append(jd.score(env, u, r[i])[0])
     return r, rubrics, np.array(labels)
 
 # %% ../nbs/13_rler.ipynb #d5b44f16
 class RubricGenerator:
-    "Interface of rubric writers: `propose(env, group, buffer, rng, max_new)` -> new rubrics for one question."
-    def propose(self, env, group:Rollouts, buffer:RubricBuffer, rng:np.random.Generator, max_new:int=5)->list:
+    ("Interface of rubric writers: `propose(env, group, buffer, rng, max_new)` -> new rubrics for "
+     "one question.")
+
+    def propose(
+        self, env, group: Rollouts, buffer: RubricBuffer, rng: np.random.Generator, max_new: int = 5
+    ) -> list:
         raise NotImplementedError
-    def propose_many(self, env, groups:Sequence[Rollouts], buffers:Sequence[RubricBuffer], rng:np.random.Generator, max_new:int=5)->list:
+
+    def propose_many(
+        self,
+        env,
+        groups: Sequence[Rollouts],
+        buffers: Sequence[RubricBuffer],
+        rng: np.random.Generator,
+        max_new: int = 5,
+    ) -> list:
         "New rubrics for several questions (one list per question)."
         return [self.propose(env, g, b, rng, max_new) for g, b in zip(groups, buffers)]
 
+
 def _check_dedupe(dedupe):
-    if dedupe not in ("active", "all"): raise ValueError(f"dedupe must be 'active' (official) or 'all', got {dedupe!r}")
+    if dedupe not in ("active", "all"):
+        raise ValueError(f"dedupe must be 'active' (official) or 'all', got {dedupe!r}")
     return dedupe
 
-def _check_group(group:Rollouts, buffer:RubricBuffer, max_new:int)->int:
-    if len(group) < 1: raise ValueError("the group has no rollouts")
-    if (group.q != group.q[0]).any(): raise ValueError("a group holds the rollouts of one question; got several question ids")
-    if not isinstance(max_new, (int, np.integer)) or max_new < 0: raise ValueError(f"max_new must be an int >= 0, got {max_new!r}")
+
+def _check_group(group: Rollouts, buffer: RubricBuffer, max_new: int) -> int:
+    if len(group) < 1:
+        raise ValueError("the group has no rollouts")
+    if (group.q != group.q[0]).any():
+        raise ValueError("a group holds the rollouts of one question; got several question ids")
+    if not isinstance(max_new, (int, np.integer)) or max_new < 0:
+        raise ValueError(f"max_new must be an int >= 0, got {max_new!r}")
     return int(group.q[0])
 
+
 class ContrastiveRubricGenerator(RubricGenerator):
-    "Programmatic writer of positive/negative rubrics that separate a group of rollouts, grounded in their evidence."
-    def __init__(self, p_key:float=0.9,         # accept a positive rubric on a key fact
-                 p_distractor:float=0.2,          # ... on a distractor (an imperfect writer)
-                 p_negative:float=0.9,            # accept a negative rubric on an evidence-contradicted value
-                 p_filler:float=0.8,              # accept the negative filler rubric
-                 dedupe:str="active",             # "active": skip keys in the active list (official); "all": also persistent/inactive
-                 p_see:float=1.0,                 # a weaker writer: each retrieved fact's evidence reaches it with this probability
-                 p_noise:float=0.0):              # a noisy writer: an accepted fact rubric gets the wrong value with this probability
-        for name, p in (("p_key", p_key), ("p_distractor", p_distractor), ("p_negative", p_negative), ("p_filler", p_filler),
-                        ("p_see", p_see), ("p_noise", p_noise)):
-            if not 0 <= p <= 1: raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
-        self.p_key, self.p_distractor, self.p_negative, self.p_filler = p_key, p_distractor, p_negative, p_filler
+    ("Programmatic writer of positive/negative rubrics that separate a group of rollouts, "
+     "grounded in their evidence.")
+
+    def __init__(
+        self,
+        p_key: float = 0.9,  # accept a positive rubric on a key fact
+        p_distractor: float = 0.2,  # ... on a distractor (an imperfect writer)
+        p_negative: float = 0.9,  # accept a negative rubric on an evidence-contradicted value
+        p_filler: float = 0.8,  # accept the negative filler rubric
+        dedupe: str = "active",  # "active": skip active keys (official); "all": any key
+        p_see: float = 1.0,  # weaker writer: a retrieved fact's evidence reaches it w.p. p_see
+        p_noise: float = 0.0,  # noisy writer: a fact rubric gets the wrong value w.p. p_noise
+    ):
+        for name, p in (
+            ("p_key", p_key),
+            ("p_distractor", p_distractor),
+            ("p_negative", p_negative),
+            ("p_filler", p_filler),
+            ("p_see", p_see),
+            ("p_noise", p_noise),
+        ):
+            if not 0 <= p <= 1:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
+        self.p_key, self.p_distractor, self.p_negative, self.p_filler = (
+            p_key,
+            p_distractor,
+            p_negative,
+            p_filler,
+        )
         self.p_see, self.p_noise = p_see, p_noise
         self.dedupe = _check_dedupe(dedupe)
 
-    def propose(self, env:SynthResearchEnv, group:Rollouts, buffer:RubricBuffer, rng:np.random.Generator, max_new:int=5)->list:
-        "New rubrics that separate the rollouts of `group` and are not already in the buffer's active list."
+    def propose(
+        self,
+        env: SynthResearchEnv,
+        group: Rollouts,
+        buffer: RubricBuffer,
+        rng: np.random.Generator,
+        max_new: int = 5,
+    ) -> list:
+        ("New rubrics that separate the rollouts of `group` and are not already in the buffer's "
+         "active list.")
         q, G = _check_group(group, buffer, max_new), len(group)
-        evidence = group.searched.any(0)                                  # (F,) facts whose evidence the group retrieved
-        if self.p_see < 1: evidence = evidence & (rng.random(env.F) < self.p_see)   # the writer misses some evidence
-        def value(right):                                                 # a noisy writer swaps the correct value and the misconception
-            return (MISCONCEPTION if right == CORRECT else CORRECT) if self.p_noise > 0 and rng.random() < self.p_noise else right
+        # (F,) facts whose evidence the group retrieved
+        evidence = group.searched.any(0)
+        # the writer misses some evidence
+        if self.p_see < 1:
+            evidence = evidence & (rng.random(env.F) < self.p_see)
+
+        def value(right):  # a noisy writer swaps the correct value and the misconception
+            return (
+                (MISCONCEPTION if right == CORRECT else CORRECT)
+                if self.p_noise > 0 and rng.random() < self.p_noise
+                else right
+            )
+
         cands = []
-        for f in np.flatnonzero(evidence):                                # only verifiable facts
-            n_right = (group.stated[:, f] == CORRECT).sum()               # stated with the evidence's value
-            if 0 < n_right < G and rng.random() < (self.p_key if env.is_key[f] else self.p_distractor):
+        for f in np.flatnonzero(evidence):  # only verifiable facts
+            # stated with the evidence's value
+            n_right = (group.stated[:, f] == CORRECT).sum()
+            if 0 < n_right < G and rng.random() < (
+                self.p_key if env.is_key[f] else self.p_distractor
+            ):
                 cands.append(env.fact_rubric(q, int(f), value(CORRECT), +1.0))
         for f in np.flatnonzero(evidence):
-            if (group.stated[:, f] == MISCONCEPTION).any() and rng.random() < self.p_negative:   # contradicted by evidence
+            # contradicted by evidence
+            if (group.stated[:, f] == MISCONCEPTION).any() and rng.random() < self.p_negative:
                 cands.append(env.fact_rubric(q, int(f), value(MISCONCEPTION), -1.0))
         has = group.filler > 0
-        if 0 < has.sum() < G and rng.random() < self.p_filler: cands.append(env.filler_rubric(-1.0))
+        if 0 < has.sum() < G and rng.random() < self.p_filler:
+            cands.append(env.filler_rubric(-1.0))
         seen = buffer.keys("active") if self.dedupe == "active" else buffer.all_keys()
         cands = [u for u in cands if u.key(buffer.question) not in seen]
         return [cands[i] for i in rng.permutation(len(cands))][:max_new]
 
 # %% ../nbs/13_rler.ipynb #6428ab77
-RUBRIC_WRITER_PROMPT = """You write grading rubrics that tell apart several answers to the same research question.
+RUBRIC_WRITER_PROMPT = """You write grading rubrics that tell apart several answers to the same \
+research question.
 
-You get the question, the answers (each with the searches it ran and the snippets it retrieved) and the rubrics that
+You get the question, the answers (each with the searches it ran and the snippets it \
+retrieved) and the rubrics that
 are already in use. Write the criteria that best separate the better answers from the worse ones.
 
 Rules:
-- Write 1 to 5 rubrics in total. Return empty lists if the existing rubrics already cover what separates the answers.
-- Each rubric must be met by some of the given answers and not by others; skip criteria every answer meets or misses.
+- Write 1 to 5 rubrics in total. Return empty lists if the existing rubrics already cover what \
+separates the answers.
+- Each rubric must be met by some of the given answers and not by others; skip criteria every \
+answer meets or misses.
 - Do not repeat an existing rubric.
 - Never write a positive and a negative version of the same criterion.
-- Negative rubrics are for concrete mistakes, such as a claim that a retrieved snippet contradicts or padding
+- Negative rubrics are for concrete mistakes, such as a claim that a retrieved snippet \
+contradicts or padding
   with filler, not for missing excellence.
 - Description: specific and checkable. Title: a short general label.
 
 Reply with JSON only, in this format:
-{"positive_rubrics": [{"description": "...", "title": "..."}], "negative_rubrics": [{"description": "...", "title": "..."}]}
+{"positive_rubrics": [{"description": "...", "title": "..."}], \
+"negative_rubrics": [{"description": "...", "title": "..."}]}
 """
 
-def _close_brackets(s:str)->str:
+
+def _close_brackets(s: str) -> str:
     "Close the strings, arrays and objects left open at the end of `s` (a reply cut off mid-JSON)."
     stack, in_str, esc = [], False, False
     for ch in s:
         if in_str:
-            if esc: esc = False
-            elif ch == "\\": esc = True
-            elif ch == '"': in_str = False
-        elif ch == '"': in_str = True
-        elif ch in "{[": stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack: stack.pop()
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
     s = (s + ('"' if in_str else "")).rstrip()
-    if stack and stack[-1] == "}": s = re.sub(r'([{,])\s*"[^"]*"\s*:?\s*$', r"\1", s)   # a key without a value
+    # a key without a value
+    if stack and stack[-1] == "}":
+        s = re.sub(r'([{,])\s*"[^"]*"\s*:?\s*$', r"\1", s)
     s = re.sub(r"[,:]\s*$", "", s.rstrip())
     return s + "".join(reversed(stack))
 
-def parse_rubric_json(text:str)->dict|None:
+
+def parse_rubric_json(text: str) -> dict | None:
     "The first JSON object in an LM reply, repaired where possible; None when nothing parses."
-    if not isinstance(text, str): raise TypeError(f"text must be a string, got {type(text).__name__}")
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
     t = re.sub(r"```(?:json)?", "", text)
+
     def attempts(s):
-        yield s; yield s.replace("{{", "{").replace("}}", "}")
-        s2 = re.sub(r",\s*([}\]])", r"\1", s); yield s2
+        yield s
+        yield s.replace("{{", "{").replace("}}", "}")
+        s2 = re.sub(r",\s*([}\]])", r"\1", s)
+        yield s2
         yield _close_brackets(s2)
+
     start, dec = t.find("{"), json.JSONDecoder()
     while start != -1:
-        try:                                                   # a complete object followed by anything
+        # a complete object followed by anything
+        try:
             obj = dec.raw_decode(t[start:])[0]
-            if isinstance(obj, dict): return obj
-        except json.JSONDecodeError: pass
+            if isinstance(obj, dict):
+                return obj
+        except json.JSONDecodeError:
+            pass
         end = t.rfind("}") + 1
-        for cand in [t[start:]] + ([t[start:end]] if end > start else []):   # a cut-off reply, then text after the JSON
+        # a cut-off reply, then text after the JSON
+        for cand in [t[start:]] + ([t[start:end]] if end > start else []):
             for s in attempts(cand):
                 try:
                     obj = json.loads(s)
-                    if isinstance(obj, dict): return obj
-                except json.JSONDecodeError: pass
+                    if isinstance(obj, dict):
+                        return obj
+                except json.JSONDecodeError:
+                    pass
         start = t.find("{", start + 1)
     return None
 
-def rubrics_from_json(obj:dict|None,        # parsed reply of the writer
-                      question:str,          # the question (for keys)
-                      skip_keys:set=frozenset(), # keys not to propose again (the active ones)
-                      max_new:int=5,         # at most this many rubrics
-                     )->list:                # Rubric(kind="text", weight=+1/-1) list
-    "Turn a writer's JSON into new `text` rubrics: valid items only, no mirrors, no duplicates, at most `max_new`."
-    if not isinstance(obj, dict): return []
+
+def rubrics_from_json(
+    obj: dict | None,  # parsed reply of the writer
+    question: str,  # the question (for keys)
+    skip_keys: set = frozenset(),  # keys not to propose again (the active ones)
+    max_new: int = 5,  # at most this many rubrics
+) -> list:  # Rubric(kind="text", weight=+1/-1) list
+    ("Turn a writer's JSON into new `text` rubrics: valid items only, no mirrors, no duplicates, "
+     "at most `max_new`.")
+    if not isinstance(obj, dict):
+        return []
     out, seen, pos_desc = [], set(skip_keys), set()
     for sign, field_ in ((1.0, "positive_rubrics"), (-1.0, "negative_rubrics")):
         items = obj.get(field_) or []
-        if not isinstance(items, list): items = [items]
+        if not isinstance(items, list):
+            items = [items]
         for it in items:
-            if isinstance(it, str): it = {"description": it}
-            if not isinstance(it, dict): continue
+            if isinstance(it, str):
+                it = {"description": it}
+            if not isinstance(it, dict):
+                continue
             d, t = it.get("description"), it.get("title", "")
-            if not isinstance(d, str) or not d.strip(): continue
+            if not isinstance(d, str) or not d.strip():
+                continue
             d, t = d.strip(), (t.strip() if isinstance(t, str) and t.strip() else d.strip()[:40])
             norm = re.sub(r"\W+", " ", d.lower()).strip()
-            if sign < 0 and norm in pos_desc: continue                     # a mirror of a positive rubric
+            # a mirror of a positive rubric
+            if sign < 0 and norm in pos_desc:
+                continue
             u = Rubric("text", sign, title=t, description=d)
             k = u.key(question)
-            if k in seen: continue
-            seen.add(k); out.append(u)
-            if sign > 0: pos_desc.add(norm)
+            if k in seen:
+                continue
+            seen.add(k)
+            out.append(u)
+            if sign > 0:
+                pos_desc.add(norm)
     return out[:max_new]
 
 # %% ../nbs/13_rler.ipynb #7ae97020
 class LMRubricGenerator(RubricGenerator):
-    "A causal LM as rubric writer: prompted with the group's full rollouts and the active rubrics, returns JSON rubrics."
-    def __init__(self, model=None,                 # a loaded causal LM (with `tok`), or None to load `model_path`
-                 tok=None,                          # its tokenizer
-                 model_path:str|None=None,          # folder, .gguf or local hub name; None: SmolLM2-135M-Instruct
-                 device:str="cpu",                  # "auto", "cpu", "cuda", ...
-                 max_new_tokens:int=256,            # reply length
-                 batch_size:int=8,                  # questions per generation batch
-                 dedupe:str="active",               # "active" (official) or "all"
-                 dtype:torch.dtype|None=None):      # None: bfloat16 on CUDA, float32 on CPU
+    ("A causal LM as rubric writer: prompted with the group's full rollouts and the active "
+     "rubrics, returns JSON rubrics.")
+
+    def __init__(
+        self,
+        model=None,  # a loaded causal LM (with `tok`), or None to load `model_path`
+        tok=None,  # its tokenizer
+        model_path: str
+        | None = None,  # folder, .gguf or local hub name; None: SmolLM2-135M-Instruct
+        device: str = "cpu",  # "auto", "cpu", "cuda", ...
+        max_new_tokens: int = 256,  # reply length
+        batch_size: int = 8,  # questions per generation batch
+        dedupe: str = "active",  # "active" (official) or "all"
+        dtype: torch.dtype | None = None,  # None: bfloat16 on CUDA, float32 on CPU
+    ):
         from maspob_etal.models import load_causal_lm
+
         if model is None:
             d = get_device(device)
-            model, tok = load_causal_lm(model_path, device=str(d), dtype=dtype or (torch.bfloat16 if d.type == "cuda" else torch.float32))
-        elif tok is None: raise ValueError("pass the tokenizer `tok` together with `model`")
-        self.model, self.tok, self.max_new_tokens, self.batch_size = model, tok, max_new_tokens, batch_size
+            model, tok = load_causal_lm(
+                model_path,
+                device=str(d),
+                dtype=dtype or (torch.bfloat16 if d.type == "cuda" else torch.float32),
+            )
+        elif tok is None:
+            raise ValueError("pass the tokenizer `tok` together with `model`")
+        self.model, self.tok, self.max_new_tokens, self.batch_size = (
+            model,
+            tok,
+            max_new_tokens,
+            batch_size,
+        )
         self.dedupe = _check_dedupe(dedupe)
-        self.replies, self.n_parsed = [], 0                # raw replies, and how many gave a JSON object
+        # raw replies, and how many gave a JSON object
+        self.replies, self.n_parsed = [], 0
 
-    def build_prompt(self, env:SynthResearchEnv, group:Rollouts, buffer:RubricBuffer)->str:
-        "The writer's prompt: instructions, question, the G full rollouts and the active rubrics' JSON."
+    def build_prompt(self, env: SynthResearchEnv, group: Rollouts, buffer: RubricBuffer) -> str:
+        ("The writer's prompt: instructions, question, the G full rollouts and the active "
+         "rubrics' JSON.")
         q = int(group.q[0])
-        resp = "\n\n".join(f"Response {i + 1}:\n{env.render(group, i, full=True)}" for i in range(len(group)))
+        resp = "\n\n".join(
+            f"Response {i + 1}:\n{env.render(group, i, full=True)}" for i in range(len(group))
+        )
         existing = json.dumps([u.to_json() for u in buffer.active])
-        return f"{RUBRIC_WRITER_PROMPT}\nQuestion: {env.question(q)}\n\nResponses:\n{resp}\n\nExisting rubrics:\n{existing}"
+        return (
+            f"{RUBRIC_WRITER_PROMPT}\nQuestion: {env.question(q)}\n\nResponses:\n{resp}\n\n"
+            f"Existing rubrics:\n{existing}"
+        )
 
-    def propose_many(self, env:SynthResearchEnv, groups:Sequence[Rollouts], buffers:Sequence[RubricBuffer],
-                     rng:np.random.Generator, max_new:int=5)->list:
-        "New `text` rubrics for several questions, generated in batches (greedy decoding; `rng` is unused)."
+    def propose_many(
+        self,
+        env: SynthResearchEnv,
+        groups: Sequence[Rollouts],
+        buffers: Sequence[RubricBuffer],
+        rng: np.random.Generator,
+        max_new: int = 5,
+    ) -> list:
+        ("New `text` rubrics for several questions, generated in batches (greedy decoding; `rng` "
+         "is unused).")
         from maspob_etal.models import generate
-        for g, b in zip(groups, buffers): _check_group(g, b, max_new)
+
+        for g, b in zip(groups, buffers):
+            _check_group(g, b, max_new)
         prompts = [self.build_prompt(env, g, b) for g, b in zip(groups, buffers)]
-        replies = generate(self.model, self.tok, prompts, max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
+        replies = generate(
+            self.model,
+            self.tok,
+            prompts,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+        )
         out = []
         for rep, b in zip(replies, buffers):
-            obj = parse_rubric_json(rep); self.replies.append(rep); self.n_parsed += obj is not None
+            obj = parse_rubric_json(rep)
+            self.replies.append(rep)
+            self.n_parsed += obj is not None
             skip = b.keys("active") if self.dedupe == "active" else b.all_keys()
             out.append(rubrics_from_json(obj, b.question, skip, max_new))
         return out
 
-    def propose(self, env:SynthResearchEnv, group:Rollouts, buffer:RubricBuffer, rng:np.random.Generator, max_new:int=5)->list:
+    def propose(
+        self,
+        env: SynthResearchEnv,
+        group: Rollouts,
+        buffer: RubricBuffer,
+        rng: np.random.Generator,
+        max_new: int = 5,
+    ) -> list:
         "New `text` rubrics for one question."
         return self.propose_many(env, [group], [buffer], rng, max_new)[0]
 
 # %% ../nbs/13_rler.ipynb #900ce61d
-FACT_PRIOR = (0.0, 0.5, -0.5)     # logits of (omit, memory, search): an SFT prior that answers from memory
+# logits of (omit, memory, search): an SFT prior that answers from memory
+FACT_PRIOR = (0.0, 0.5, -0.5)
 FILLER_PRIOR = (0.5, 0.0, 0.0, 0.0)
 
 def _sample_categorical(probs:torch.Tensor, generator:torch.Generator)->torch.Tensor:
-    "Inverse-CDF sampling from (..., K) probabilities with a CPU generator (same draws on every device)."
+    ("Inverse-CDF sampling from (..., K) probabilities with a CPU generator (same draws on every "
+     "device).")
     u = torch.rand(probs.shape[:-1], generator=generator).to(probs.device)   # in [0, 1)
-    c = probs.cumsum(-1); c = c / c[..., -1:]                                # exactly 1 from the last allowed token on
-    return (u[..., None] >= c).sum(-1)                                       # the smallest k with u < c_k
+    # exactly 1 from the last allowed token on
+    c = probs.cumsum(-1); c = c / c[..., -1:]
+    # the smallest k with u < c_k
+    return (u[..., None] >= c).sum(-1)
+
+def _check_plan_sizes(n_questions, n_facts, n_filler, hidden=1):
+    "Sizes of a plan policy: positive integers."
+    sizes = dict(n_questions=n_questions, n_facts=n_facts, n_filler=n_filler, hidden=hidden)
+    bad = {k: v for k, v in sizes.items() if not isinstance(v, (int, np.integer)) or v < 1}
+    if bad: raise ValueError(f"{', '.join(bad)} must be positive integers, got {bad}")
+
+
+def _check_plan(q_ids, o, k, n_facts):
+    "Plans for N question ids: options (N, F) and filler counts (N,)."
+    N = len(q_ids)
+    if tuple(o.shape) != (N, n_facts) or tuple(k.shape) != (N,):
+        raise ValueError(f"options must have shape (N, F) = ({N}, {n_facts}) and filler ({N},), "
+                         f"got {tuple(o.shape)} and {tuple(k.shape)}")
+
 
 class FactPlanPolicy(nn.Module):
-    "Tabular answer-plan policy: per question, one categorical per fact (omit/memory/search) and one over filler counts."
-    def __init__(self, n_questions:int, n_facts:int=8, n_filler:int=4, fact_prior=FACT_PRIOR, filler_prior=FILLER_PRIOR):
+    ("Tabular answer-plan policy: per question, one categorical per fact (omit/memory/search) and "
+     "one over filler counts.")
+    def __init__(
+        self,
+        n_questions: int,
+        n_facts: int = 8,
+        n_filler: int = 4,
+        fact_prior=FACT_PRIOR,
+        filler_prior=FILLER_PRIOR,
+    ):
         super().__init__()
-        self.fact_logits = nn.Parameter(torch.tensor(fact_prior, dtype=torch.float32).repeat(n_questions, n_facts, 1))  # (Q, F, 3)
-        self.filler_logits = nn.Parameter(torch.tensor(filler_prior, dtype=torch.float32).repeat(n_questions, 1))      # (Q, 4)
+        _check_plan_sizes(n_questions, n_facts, n_filler)
+        # (Q, F, 3)
+        self.fact_logits = nn.Parameter(
+            torch.tensor(fact_prior, dtype=torch.float32).repeat(n_questions, n_facts, 1)
+        )
+        # (Q, 4)
+        self.filler_logits = nn.Parameter(
+            torch.tensor(filler_prior, dtype=torch.float32).repeat(n_questions, 1)
+        )
 
     def _check(self, q_ids):
         q_ids = torch.as_tensor(q_ids, dtype=torch.long)
         if q_ids.ndim != 1 or q_ids.min() < 0 or q_ids.max() >= len(self.fact_logits):
-            raise ValueError(f"q_ids must be a 1-d tensor of question ids in 0..{len(self.fact_logits) - 1}")
+            raise ValueError(
+                f"q_ids must be a 1-d tensor of question ids in 0..{len(self.fact_logits) - 1}"
+            )
         return q_ids.to(self.fact_logits.device)
 
     @torch.no_grad()
-    def sample(self, q_ids, generator:torch.Generator)->tuple:
+    def sample(self, q_ids, generator: torch.Generator) -> tuple:
         "Sample N plans: options (N, F) and filler counts (N,)."
         q_ids = self._check(q_ids)
         opts = _sample_categorical(F.softmax(self.fact_logits[q_ids], -1), generator)
         fill = _sample_categorical(F.softmax(self.filler_logits[q_ids], -1), generator)
         return opts.cpu().numpy(), fill.cpu().numpy()
 
-    def log_prob(self, q_ids, options, filler)->torch.Tensor:
+    def log_prob(self, q_ids, options, filler) -> torch.Tensor:
         "log pi(plan) of each plan, (N,): the sum over facts plus the filler term."
-        q_ids = self._check(q_ids); dev = self.fact_logits.device
-        o, k = torch.as_tensor(options, device=dev).long(), torch.as_tensor(filler, device=dev).long()
+        q_ids = self._check(q_ids)
+        dev = self.fact_logits.device
+        o, k = (
+            torch.as_tensor(options, device=dev).long(),
+            torch.as_tensor(filler, device=dev).long(),
+        )
+        _check_plan(q_ids, o, k, self.fact_logits.shape[1])
         lf = F.log_softmax(self.fact_logits[q_ids], -1).gather(-1, o[..., None])[..., 0].sum(-1)
         return lf + F.log_softmax(self.filler_logits[q_ids], -1).gather(-1, k[:, None])[:, 0]
 
 # %% ../nbs/13_rler.ipynb #0516b7ef
 class GRUPlanPolicy(nn.Module):
-    "A 1-layer GRU that writes the plan as tokens [fact_0:o] ... [fact_{F-1}:o] [filler:k] [END], conditioned on the question."
-    def __init__(self, n_questions:int, n_facts:int=8, n_filler:int=4, hidden:int=64, fact_prior=FACT_PRIOR, filler_prior=FILLER_PRIOR):
+    ("A 1-layer GRU that writes the plan as tokens [fact_0:o] ... [fact_{F-1}:o] [filler:k] "
+     "[END], conditioned on the question.")
+
+    def __init__(
+        self,
+        n_questions: int,
+        n_facts: int = 8,
+        n_filler: int = 4,
+        hidden: int = 64,
+        fact_prior=FACT_PRIOR,
+        filler_prior=FILLER_PRIOR,
+    ):
         super().__init__()
+        _check_plan_sizes(n_questions, n_facts, n_filler, hidden)
         self.Q, self.F, self.n_filler = n_questions, n_facts, n_filler
-        self.V = 1 + 3*n_facts + n_filler + 1                    # BOS, fact tokens, filler tokens, END
+        # BOS, fact tokens, filler tokens, END
+        self.V = 1 + 3 * n_facts + n_filler + 1
         self.bos, self.end = 0, self.V - 1
-        self.q_emb = nn.Embedding(n_questions, hidden)           # h_0 = question embedding
+        self.q_emb = nn.Embedding(n_questions, hidden)  # h_0 = question embedding
         self.tok_emb = nn.Embedding(self.V, hidden)
         self.gru = nn.GRU(hidden, hidden, batch_first=True)
         self.head = nn.Linear(hidden, self.V)
-        nn.init.zeros_(self.head.weight)                         # start exactly at the prior below
+        nn.init.zeros_(self.head.weight)  # start exactly at the prior below
         with torch.no_grad():
             self.head.bias.zero_()
-            for f in range(n_facts): self.head.bias[1 + 3*f:4 + 3*f] = torch.tensor(fact_prior)
-            self.head.bias[1 + 3*n_facts:1 + 3*n_facts + n_filler] = torch.tensor(filler_prior)
+            for f in range(n_facts):
+                self.head.bias[1 + 3 * f : 4 + 3 * f] = torch.tensor(fact_prior)
+            self.head.bias[1 + 3 * n_facts : 1 + 3 * n_facts + n_filler] = torch.tensor(
+                filler_prior
+            )
         mask = torch.full((n_facts + 2, self.V), float("-inf"))  # allowed tokens at each position
-        for f in range(n_facts): mask[f, 1 + 3*f:4 + 3*f] = 0
-        mask[n_facts, 1 + 3*n_facts:1 + 3*n_facts + n_filler] = 0
+        for f in range(n_facts):
+            mask[f, 1 + 3 * f : 4 + 3 * f] = 0
+        mask[n_facts, 1 + 3 * n_facts : 1 + 3 * n_facts + n_filler] = 0
         mask[n_facts + 1, self.end] = 0
         self.register_buffer("mask", mask)
 
     def _tokens(self, options, filler):
         "Plan -> token ids (N, F + 2)."
         dev = self.mask.device
-        o, k = torch.as_tensor(options, device=dev).long(), torch.as_tensor(filler, device=dev).long()
-        fact_tok = 1 + 3*torch.arange(self.F, device=dev) + o
-        return torch.cat([fact_tok, (1 + 3*self.F + k)[:, None], torch.full_like(k[:, None], self.end)], 1)
+        o, k = (
+            torch.as_tensor(options, device=dev).long(),
+            torch.as_tensor(filler, device=dev).long(),
+        )
+        fact_tok = 1 + 3 * torch.arange(self.F, device=dev) + o
+        return torch.cat(
+            [fact_tok, (1 + 3 * self.F + k)[:, None], torch.full_like(k[:, None], self.end)], 1
+        )
 
     def _check(self, q_ids):
         q_ids = torch.as_tensor(q_ids, dtype=torch.long)
@@ -805,155 +1332,259 @@ class GRUPlanPolicy(nn.Module):
             raise ValueError(f"q_ids must be a 1-d tensor of question ids in 0..{self.Q - 1}")
         return q_ids.to(self.mask.device)
 
-    def log_prob(self, q_ids, options, filler)->torch.Tensor:
+    def log_prob(self, q_ids, options, filler) -> torch.Tensor:
         "log pi(token sequence) of each plan, (N,), by teacher forcing."
         q_ids = self._check(q_ids)
-        tok = self._tokens(options, filler)                                        # (N, T), T = F + 2
-        inp = torch.cat([torch.full_like(tok[:, :1], self.bos), tok[:, :-1]], 1)   # shifted right, BOS first
-        h, _ = self.gru(self.tok_emb(inp), self.q_emb(q_ids)[None])                # (N, T, H)
-        logp = F.log_softmax(self.head(h) + self.mask, -1)                         # (N, T, V)
+        _check_plan(q_ids, torch.as_tensor(options), torch.as_tensor(filler), self.F)
+        # (N, T), T = F + 2
+        tok = self._tokens(options, filler)
+        # shifted right, BOS first
+        inp = torch.cat([torch.full_like(tok[:, :1], self.bos), tok[:, :-1]], 1)
+        h, _ = self.gru(self.tok_emb(inp), self.q_emb(q_ids)[None])  # (N, T, H)
+        logp = F.log_softmax(self.head(h) + self.mask, -1)  # (N, T, V)
         return logp.gather(-1, tok[..., None])[..., 0].sum(-1)
 
     @torch.no_grad()
-    def sample(self, q_ids, generator:torch.Generator)->tuple:
+    def sample(self, q_ids, generator: torch.Generator) -> tuple:
         "Sample N plans token by token: options (N, F) and filler counts (N,)."
         q_ids = self._check(q_ids)
-        h, x, toks = self.q_emb(q_ids)[None], torch.full((len(q_ids), 1), self.bos, device=self.mask.device), []
+        h, x, toks = (
+            self.q_emb(q_ids)[None],
+            torch.full((len(q_ids), 1), self.bos, device=self.mask.device),
+            [],
+        )
         for t in range(self.F + 2):
             out, h = self.gru(self.tok_emb(x), h)
             p = F.softmax(self.head(out[:, -1]) + self.mask[t], -1)
-            x = _sample_categorical(p, generator)[:, None]; toks.append(x)
+            x = _sample_categorical(p, generator)[:, None]
+            toks.append(x)
         tok = torch.cat(toks, 1).cpu()
-        return (tok[:, :self.F] - 1 - 3*torch.arange(self.F)).numpy(), (tok[:, self.F] - 1 - 3*self.F).numpy()
+        opts = (tok[:, : self.F] - 1 - 3 * torch.arange(self.F)).numpy()
+        return opts, (tok[:, self.F] - 1 - 3 * self.F).numpy()
 
 # %% ../nbs/13_rler.ipynb #c7be373d
 def _make_policy(policy, n_questions:int, n_facts:int):
     if isinstance(policy, nn.Module): return policy
     if policy == "plan": return FactPlanPolicy(n_questions, n_facts)
     if policy == "gru": return GRUPlanPolicy(n_questions, n_facts)
-    raise ValueError(f"policy must be 'plan', 'gru' or an nn.Module with sample/log_prob, got {policy!r}")
+    raise ValueError(
+        f"policy must be 'plan', 'gru' or an nn.Module with sample/log_prob, got {policy!r}"
+    )
 
-def _make_judge(judge, lm_judge_path, device):
-    if judge == "programmatic": return ProgrammaticJudge()
-    if judge == "lm": return LMJudge(model_path=lm_judge_path, device=device)
-    if hasattr(judge, "score_groups"): return judge
-    raise ValueError(f"judge must be 'programmatic', 'lm' or an object with score_groups, got {judge!r}")
+
+def _make_judge(judge, model_path, device):
+    if judge == "programmatic":
+        return ProgrammaticJudge()
+    if judge == "lm":
+        return LMJudge(model_path=model_path, device=device)
+    if hasattr(judge, "score_groups"):
+        return judge
+    raise ValueError(
+        f"judge must be 'programmatic', 'lm' or an object with score_groups, got {judge!r}"
+    )
+
 
 @contextmanager
-def torch_threads(n:int):
-    "Run the block with `n` torch threads (tiny tensors are much faster on one), then restore the old number."
-    old = torch.get_num_threads(); torch.set_num_threads(n)
-    try: yield
-    finally: torch.set_num_threads(old)
+def torch_threads(n: int):
+    ("Run the block with `n` torch threads (tiny tensors are much faster on one), then restore "
+     "the old number.")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
 
 @torch.no_grad()
-def evaluate_policy(env:SynthResearchEnv,          # the world
-                    policy:nn.Module,               # FactPlanPolicy, GRUPlanPolicy or any module with `sample`
-                    n_samples:int,                  # fresh answers per question
-                    rng:np.random.Generator,        # draws the rollouts
-                    generator:torch.Generator,      # draws the plans
-                   )->dict:                         # env.metrics of the sampled answers
+def evaluate_policy(
+    env: SynthResearchEnv,  # the world
+    policy: nn.Module,  # FactPlanPolicy, GRUPlanPolicy or any module with `sample`
+    n_samples: int,  # fresh answers per question
+    rng: np.random.Generator,  # draws the rollouts
+    generator: torch.Generator,  # draws the plans
+) -> dict:  # env.metrics of the sampled answers
     "Oracle score and behaviour of `n_samples` fresh answers per question."
+    if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive int, got {n_samples!r}")
     q = np.repeat(np.arange(env.Q), n_samples)
     o, k = policy.sample(torch.as_tensor(q), generator)
     return env.metrics(env.rollout(q, o, k, rng))
 
 # %% ../nbs/13_rler.ipynb #6441d12d
-def score_and_prune(env:SynthResearchEnv,            # the world
-                    buffers:Sequence[RubricBuffer],  # one buffer per group, already holding this step's new rubrics
-                    groups:Sequence[Rollouts],       # this step's rollouts, one group per question
-                    judge,                           # ProgrammaticJudge, LMJudge or any object with score_groups
-                    prune:bool=True,                 # prune the active rubrics afterwards (rler)
-                    max_active:int=5,                # max_active_rubrics
-                   )->tuple:                         # (R, stats): rewards (sum of group sizes,) and step statistics
-    "Steps 3-4: judge every rollout on persistent + active rubrics, compute R_rub and R, then prune each buffer."
+def score_and_prune(
+    env: SynthResearchEnv,  # the world
+    buffers: Sequence[RubricBuffer],  # one buffer per group, holding this step's new rubrics
+    groups: Sequence[Rollouts],  # this step's rollouts, one group per question
+    judge,  # ProgrammaticJudge, LMJudge or any object with score_groups
+    prune: bool = True,  # prune the active rubrics afterwards (rler)
+    max_active: int = 5,  # max_active_rubrics
+) -> tuple:  # (R, stats): rewards (sum of group sizes,) and step statistics
+    ("Steps 3-4: judge every rollout on persistent + active rubrics, compute R_rub and R, then "
+     "prune each buffer.")
     rubric_lists = [b.rubrics() for b in buffers]
-    S_all = judge.score_groups(env, rubric_lists, groups)                    # (G, m) per question
+    S_all = judge.score_groups(env, rubric_lists, groups)  # (G, m) per question
     R, R_rub, R_ad, n_act, stds = [], [], [], [], []
     for b, us, S, g in zip(buffers, rubric_lists, S_all, groups):
         terms = env.reward_terms(g)
-        S = np.where(terms["has_answer"][:, None], S, 0.0)                   # no extractable answer: every rubric scores 0
+        # no extractable answer: every rubric scores 0
+        S = np.where(terms["has_answer"][:, None], S, 0.0)
         w = np.array([u.weight for u in us])
         r_rub = rubric_reward(S, w) if len(us) else np.zeros(len(g))
         n_p = len(b.persistent)
-        if b.active: R_ad.append(rubric_reward(S[:, n_p:], w[n_p:]).mean())   # the adaptive part, logged as in the code
-        R.append(total_reward(r_rub, terms["citation"], terms["format"], terms["search"])); R_rub.append(r_rub)
-        if prune and b.active: stds.append(float(np.nanmean(b.prune(S[:, n_p:], max_active)["std"])))
+        # the adaptive part, logged as in the code
+        if b.active:
+            R_ad.append(rubric_reward(S[:, n_p:], w[n_p:]).mean())
+        R.append(total_reward(r_rub, terms["citation"], terms["format"], terms["search"]))
+        R_rub.append(r_rub)
+        if prune and b.active:
+            stds.append(float(np.nanmean(b.prune(S[:, n_p:], max_active)["std"])))
         n_act.append(len(b.active))
     R, R_rub = np.concatenate(R), np.concatenate(R_rub)
-    return R, {"reward": R.mean(), "rubric_reward": R_rub.mean(), "adaptive_reward": np.mean(R_ad) if R_ad else 0.0,
-               "n_active": np.mean(n_act), "active_std": np.mean(stds) if stds else 0.0}
+    return R, {
+        "reward": R.mean(),
+        "rubric_reward": R_rub.mean(),
+        "adaptive_reward": np.mean(R_ad) if R_ad else 0.0,
+        "n_active": np.mean(n_act),
+        "active_std": np.mean(stds) if stds else 0.0,
+    }
 
 # %% ../nbs/13_rler.ipynb #52568433
-def train_rler(condition:str,               # "rler", "static_search", "closed_book" or "general"
-               n_questions:int=16,           # Q questions in the world (all are used at every step)
-               steps:int=30,                 # GRPO steps
-               group_size:int=8,             # G rollouts per question (train_dr_tulu.sh: 8)
-               seed:int=0,                   # seeds the world, the rollouts, the writer and the policy's sampling
-               judge="programmatic",         # "programmatic", "lm" (SmolLM2 or lm_judge_path) or a judge object
-               generator=None,               # rubric writer; None: ContrastiveRubricGenerator(dedupe=dedupe, **writer_kw)
-               writer_kw:dict|None=None,     # options of the default writer, e.g. {"p_see": 0.5} or {"p_noise": 0.3}
-               lm_judge_path:str|None=None,  # local model for judge="lm"; None: SmolLM2-135M-Instruct
-               policy="plan",                # "plan", "gru" or an nn.Module with sample/log_prob
-               lr:float|None=None,           # None: SGD 0.5 for "plan", Adam 0.01 otherwise
-               kl_coef:float=0.0,            # beta of the kl3 penalty to the initial policy (0.001 in the paper)
-               clip:float=0.2,               # PPO clip range
-               max_active:int=5,             # max_active_rubrics
-               max_new:int=5,                # most rubrics the writer adds per question and step
-               dedupe:str="active",          # writer skips keys in "active" (official) or "all" lists
-               eval_every:int=5,             # evaluate the oracle every this many steps
-               eval_samples:int=64,          # answers per question at each evaluation
-               env:SynthResearchEnv|None=None, # the world; None: SynthResearchEnv(n_questions, seed)
-               device:str="cpu",             # device of an LM judge loaded by judge="lm" (the policy stays on the CPU)
-               show_progress:bool=False,     # progress bar over steps
-              )->dict:                       # curves, per-step training logs, final metrics, buffers, env, policy
-    "Train an answer-plan policy with GRPO under one reward regime; `rler` evolves each question's rubrics."
-    if condition not in CONDITIONS: raise ValueError(f"unknown condition {condition!r}; choose one of {CONDITIONS}")
+def train_rler(
+    condition: str,  # "rler", "static_search", "closed_book" or "general"
+    n_questions: int = 16,  # Q questions in the world (all are used at every step)
+    steps: int = 30,  # GRPO steps
+    group_size: int = 8,  # G rollouts per question (train_dr_tulu.sh: 8)
+    seed: int = 0,  # seeds the world, the rollouts, the writer and the policy's sampling
+    judge="programmatic",  # "programmatic", "lm" (SmolLM2 or model_path) or a judge object
+    generator=None,  # rubric writer; None: ContrastiveRubricGenerator(dedupe=dedupe, **writer_kw)
+    writer_kw: dict
+    | None = None,  # options of the default writer, e.g. {"p_see": 0.5} or {"p_noise": 0.3}
+    model_path: str | None = None,  # local model for judge="lm"; None: SmolLM2-135M-Instruct
+    policy="plan",  # "plan", "gru" or an nn.Module with sample/log_prob
+    lr: float | None = None,  # None: SGD 0.5 for "plan", Adam 0.01 otherwise
+    kl_coef: float = 0.0,  # beta of the kl3 penalty to the initial policy (0.001 in the paper)
+    clip: float = 0.2,  # PPO clip range
+    max_active: int = 5,  # max_active_rubrics
+    max_new: int = 5,  # most rubrics the writer adds per question and step
+    dedupe: str = "active",  # writer skips keys in "active" (official) or "all" lists
+    eval_every: int = 5,  # evaluate the oracle every this many steps
+    eval_samples: int = 64,  # answers per question at each evaluation
+    env: SynthResearchEnv | None = None,  # the world; None: SynthResearchEnv(n_questions, seed)
+    device: str = "cpu",  # device of an LM judge loaded by judge="lm" (the policy stays on the CPU)
+    show_progress: bool = False,  # progress bar over steps
+) -> dict:  # curves, per-step training logs, final metrics, buffers, env, policy
+    ("Train an answer-plan policy with GRPO under one reward regime; `rler` evolves each "
+     "question's rubrics.")
+    if condition not in CONDITIONS:
+        raise ValueError(f"unknown condition {condition!r}; choose one of {CONDITIONS}")
     if not isinstance(group_size, (int, np.integer)) or group_size < 2:
-        raise ValueError(f"group_size must be an int >= 2 (GRPO normalises within a group), got {group_size!r}")
-    if steps < 0 or eval_every < 1 or eval_samples < 1: raise ValueError("need steps >= 0, eval_every >= 1 and eval_samples >= 1")
+        raise ValueError(
+            f"group_size must be an int >= 2 (GRPO normalises within a group), got {group_size!r}"
+        )
+    if steps < 0 or eval_every < 1 or eval_samples < 1:
+        raise ValueError("need steps >= 0, eval_every >= 1 and eval_samples >= 1")
     env = env if env is not None else SynthResearchEnv(n_questions, seed=seed)
     Q, G = env.Q, int(group_size)
     ss = np.random.SeedSequence([seed, 2025])
-    rng_roll, rng_gen, rng_eval = (np.random.default_rng(s) for s in ss.spawn(3))      # separate streams
+    # separate streams
+    rng_roll, rng_gen, rng_eval = (np.random.default_rng(s) for s in ss.spawn(3))
     g_pol, g_eval = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 10**6)
     torch.manual_seed(seed)
-    pi = _make_policy(policy, Q, env.F)                      # tiny: trains on the CPU, same numbers on every machine
+    # tiny: trains on the CPU, same numbers on every machine
+    pi = _make_policy(policy, Q, env.F)
     ref = copy.deepcopy(pi).eval() if kl_coef else None
-    if lr is None: lr = 0.5 if isinstance(pi, FactPlanPolicy) else 0.01
-    opt = torch.optim.SGD(pi.parameters(), lr=lr) if isinstance(pi, FactPlanPolicy) else torch.optim.Adam(pi.parameters(), lr=lr)
-    jd = _make_judge(judge, lm_judge_path, device)
+    if lr is None:
+        lr = 0.5 if isinstance(pi, FactPlanPolicy) else 0.01
+    opt = (
+        torch.optim.SGD(pi.parameters(), lr=lr)
+        if isinstance(pi, FactPlanPolicy)
+        else torch.optim.Adam(pi.parameters(), lr=lr)
+    )
+    jd = _make_judge(judge, model_path, device)
     evolve = condition == "rler"
-    gen = (generator if generator is not None else ContrastiveRubricGenerator(dedupe=dedupe, **(writer_kw or {}))) if evolve else None
-    buffers = [RubricBuffer(env.question(q), persistent=env.persistent_rubrics(condition, q)) for q in range(Q)]
-    curves, logs = {"step": []}, {k: [] for k in ("reward", "rubric_reward", "adaptive_reward", "n_active", "active_std", "n_new")}
+    gen = (
+        (
+            generator
+            if generator is not None
+            else ContrastiveRubricGenerator(dedupe=dedupe, **(writer_kw or {}))
+        )
+        if evolve
+        else None
+    )
+    buffers = [
+        RubricBuffer(env.question(q), persistent=env.persistent_rubrics(condition, q))
+        for q in range(Q)
+    ]
+    curves, logs = (
+        {"step": []},
+        {
+            k: []
+            for k in (
+                "reward",
+                "rubric_reward",
+                "adaptive_reward",
+                "n_active",
+                "active_std",
+                "n_new",
+            )
+        },
+    )
+
     def _eval(t):
         m = evaluate_policy(env, pi, eval_samples, rng_eval, g_eval)
         curves["step"].append(t)
-        for k, v in m.items(): curves.setdefault(k, []).append(v)
-    q_ids = np.repeat(np.arange(Q), G)                                     # (Q*G,) every question, G rollouts each
+        for k, v in m.items():
+            curves.setdefault(k, []).append(v)
+
+    # (Q*G,) every question, G rollouts each
+    q_ids = np.repeat(np.arange(Q), G)
     lm_on_cpu = isinstance(jd, LMJudge) and next(jd.model.parameters()).device.type == "cpu"
-    with torch_threads(torch.get_num_threads() if lm_on_cpu else 1):      # tiny tensors: one thread is fastest
+    # tiny tensors: one thread is fastest
+    with torch_threads(torch.get_num_threads() if lm_on_cpu else 1):
         for t in progress(range(steps), desc=f"train {condition}", disable=not show_progress):
-            if t % eval_every == 0: _eval(t)
-            o, k = pi.sample(torch.as_tensor(q_ids), g_pol)                # step 1: rollouts
+            if t % eval_every == 0:
+                _eval(t)
+            o, k = pi.sample(torch.as_tensor(q_ids), g_pol)  # step 1: rollouts
             r = env.rollout(q_ids, o, k, rng_roll)
-            groups = [r[np.arange(q*G, (q + 1)*G)] for q in range(Q)]
+            groups = [r[np.arange(q * G, (q + 1) * G)] for q in range(Q)]
             n_new = 0
-            if evolve:                                                     # step 2: new rubrics, BEFORE scoring
-                for b, new in zip(buffers, gen.propose_many(env, groups, buffers, rng_gen, max_new)): b.add(new); n_new += len(new)
-            R, st = score_and_prune(env, buffers, groups, jd, prune=evolve, max_active=max_active)   # steps 3-4
-            A = torch.as_tensor(grpo_advantages(R.reshape(Q, G)).reshape(-1), dtype=torch.float32)   # step 5
+            # step 2: new rubrics, BEFORE scoring
+            if evolve:
+                for b, new in zip(
+                    buffers, gen.propose_many(env, groups, buffers, rng_gen, max_new)
+                ):
+                    b.add(new)
+                    n_new += len(new)
+            # steps 3-4
+            R, st = score_and_prune(env, buffers, groups, jd, prune=evolve, max_active=max_active)
+            # step 5
+            A = torch.as_tensor(grpo_advantages(R.reshape(Q, G)).reshape(-1), dtype=torch.float32)
             logp = pi.log_prob(torch.as_tensor(q_ids), o, k)
-            logp_ref = ref.log_prob(torch.as_tensor(q_ids), o, k).detach() if ref is not None else None
+            logp_ref = (
+                ref.log_prob(torch.as_tensor(q_ids), o, k).detach() if ref is not None else None
+            )
             loss = grpo_loss(logp, logp.detach(), A, clip, logp_ref, kl_coef)
-            opt.zero_grad(); loss.view(Q, G).mean(1).sum().backward(); opt.step()   # mean over a group, sum over questions
+            # mean over a group, sum over questions
+            opt.zero_grad()
+            loss.view(Q, G).mean(1).sum().backward()
+            opt.step()
             st["n_new"] = n_new / Q
-            for key in logs: logs[key].append(float(st[key]))
+            for key in logs:
+                logs[key].append(float(st[key]))
         _eval(steps)
     final = {k: v[-1] for k, v in curves.items() if k != "step"}
-    return {"condition": condition, "seed": seed, "curves": curves, "train": logs, "final": final,
-            "buffers": buffers, "env": env, "policy": pi, "judge": jd}
+    return {
+        "condition": condition,
+        "seed": seed,
+        "curves": curves,
+        "train": logs,
+        "final": final,
+        "buffers": buffers,
+        "env": env,
+        "policy": pi,
+        "judge": jd,
+    }
 
 # %% ../nbs/13_rler.ipynb #85aba720
 def _run_one(task):
@@ -961,18 +1592,24 @@ def _run_one(task):
     torch.set_num_threads(1)                                   # a worker process: one thread each
     return train_rler(condition, seed=seed, **kw)
 
-def run_grid(conditions:Sequence[str],  # reward regimes, e.g. CONDITIONS
-             seeds:Sequence[int],        # seeds shared by every regime
-             n_jobs:int=1,               # worker processes (spawned); 1 runs in this process
-             **kwargs,                   # passed to train_rler (not `judge` objects when n_jobs > 1)
-            )->dict:                     # {(condition, seed): train_rler result}
+def run_grid(
+    conditions: Sequence[str],  # reward regimes, e.g. CONDITIONS
+    seeds: Sequence[int],  # seeds shared by every regime
+    n_jobs: int = 1,  # worker processes (spawned); 1 runs in this process
+    **kwargs,  # passed to train_rler (not `judge` objects when n_jobs > 1)
+) -> dict:  # {(condition, seed): train_rler result}
     "`train_rler` for every (condition, seed) pair, optionally in parallel processes."
     for c in conditions:
-        if c not in CONDITIONS: raise ValueError(f"unknown condition {c!r}; choose one of {CONDITIONS}")
+        if c not in CONDITIONS:
+            raise ValueError(f"unknown condition {c!r}; choose one of {CONDITIONS}")
     tasks = [(c, int(s), kwargs) for c in conditions for s in seeds]
-    if n_jobs <= 1: return {(c, s): train_rler(c, seed=s, **kw) for c, s, kw in tasks}
+    if n_jobs <= 1:
+        return {(c, s): train_rler(c, seed=s, **kw) for c, s, kw in tasks}
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
-    from maspob_etal import rler   # spawned workers find the function in the installed module, not in a notebook's __main__
+
+    # spawned workers find the function in the installed module, not in a notebook's __main__
+    from maspob_etal import rler
+
     with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=mp.get_context("spawn")) as ex:
         return {(c, s): res for (c, s, _), res in zip(tasks, ex.map(rler._run_one, tasks))}
