@@ -33,7 +33,8 @@ EMPTY, BLOCK, GOAL, GRIP_OPEN, GRIP_CLOSED, GRIP_OPEN_BLOCK, GRIP_CLOSED_BLOCK, 
 CELL_NAMES = ("empty", "block", "goal", "gripper open", "gripper closed", "gripper open on block",
               "gripper closed on block", "wall")
 PALETTE = np.array([[235, 235, 235], [200, 60, 40], [60, 170, 70], [70, 110, 220], [25, 35, 110],
-                    [160, 120, 230], [120, 20, 90], [40, 40, 40]], dtype=np.uint8)   # one flat colour per cell type
+                    # one flat colour per cell type
+                    [160, 120, 230], [120, 20, 90], [40, 40, 40]], dtype=np.uint8)
 
 @dataclass
 class PushState:
@@ -46,14 +47,16 @@ class PushState:
     t: int = 0     # frames since reset (chunk boundaries)
 
 class TwoViewPushWorld:
-    "Deterministic grid push task with a top view and a wrist view; the goal is drawn in the first frame only."
-    def __init__(self, G:int=6,       # grid side (even, so that the mirrored goal differs from the goal)
+    ("Deterministic grid push task with a top view and a wrist view; the goal is drawn in the "
+     "first frame only.")
+    def __init__(self, G:int=6,  # grid side (even, so that the mirrored goal differs from the goal)
                  wrist:int=3,         # wrist-view crop side (odd), centred on the gripper
                  H:int=4,             # steps per action chunk
                  K:int=3,             # chunks per episode
                  cell_px:int=4):      # pixels per cell in the rendered views
         if G < 4 or G % 2: raise ValueError(f"G must be an even grid side >= 4, got {G}")
-        if wrist < 1 or wrist % 2 == 0: raise ValueError(f"wrist must be an odd crop side >= 1, got {wrist}")
+        if wrist < 1 or wrist % 2 == 0:
+            raise ValueError(f"wrist must be an odd crop side >= 1, got {wrist}")
         if H < 1 or K < 1: raise ValueError(f"H and K must be >= 1, got H={H}, K={K}")
         self.G, self.wrist, self.H, self.K, self.px = G, wrist, H, K, cell_px
         self.state = None
@@ -64,7 +67,8 @@ def _cheb_step(a:tuple, b:tuple)->tuple:
     return (int(np.sign(b[0]-a[0])), int(np.sign(b[1]-a[1])))
 
 def push_progress(s:PushState)->float:
-    "Progress in tenths: $1-|b-g|_1/|b_0-g|_1$ clipped to [0, 0.9], and exactly 1.0 iff the block is on the goal and released."
+    ("Progress in tenths: $1-|b-g|_1/|b_0-g|_1$ clipped to [0, 0.9], and exactly 1.0 iff the block "
+     "is on the goal and released.")
     if s.block == s.goal and not s.closed: return 1.0
     p = 1 - (abs(s.block[0]-s.goal[0]) + abs(s.block[1]-s.goal[1]))/s.d0
     return float(min(0.9, max(0.0, round(10*p)/10)))
@@ -72,7 +76,8 @@ def push_progress(s:PushState)->float:
 # %% ../nbs/16_dworldeval.ipynb #c011
 @patch
 def reset(self:TwoViewPushWorld, seed:int)->dict:
-    "Draw gripper, block and goal on three distinct cells; return the first observation (goal visible)."
+    ("Draw gripper, block and goal on three distinct cells; return the first observation (goal "
+     "visible).")
     rng = np.random.default_rng(seed)
     cells = rng.choice(self.G*self.G, size=3, replace=False)
     g, b, q = [(int(c)//self.G, int(c) % self.G) for c in cells]
@@ -80,7 +85,8 @@ def reset(self:TwoViewPushWorld, seed:int)->dict:
     return self.observe()
 
 def _step_one(self:TwoViewPushWorld, s:PushState, a:np.ndarray)->PushState:
-    "One step: close if `a[2] > 0.5`; move by `rint(a[:2])`; a closed gripper on the block cell carries it."
+    ("One step: close if `a[2] > 0.5`; move by `rint(a[:2])`; a closed gripper on the block cell "
+     "carries it.")
     closed = bool(a[2] > 0.5)
     carry = closed and s.grip == s.block
     mv = np.clip(np.rint(a[:2]), -1, 1).astype(int)
@@ -91,7 +97,8 @@ def _step_one(self:TwoViewPushWorld, s:PushState, a:np.ndarray)->PushState:
 def step(self:TwoViewPushWorld, chunk:np.ndarray)->tuple:
     "Apply one action chunk (H, 3); return (observation, progress, done)."
     chunk = np.asarray(chunk, dtype=float)
-    if chunk.shape != (self.H, 3): raise ValueError(f"an action chunk has shape (H, 3) = ({self.H}, 3), got {chunk.shape}")
+    if chunk.shape != (self.H, 3):
+        raise ValueError(f"an action chunk has shape (H, 3) = ({self.H}, 3), got {chunk.shape}")
     for a in chunk: self.state = _step_one(self, self.state, a)
     self.state.t += 1
     p = push_progress(self.state)
@@ -106,7 +113,8 @@ def observe(self:TwoViewPushWorld, state:PushState|None=None)->dict:
     if s.t == 0: top[s.goal] = GOAL
     top[s.block] = BLOCK
     on = s.grip == s.block
-    top[s.grip] = (GRIP_CLOSED_BLOCK if s.closed else GRIP_OPEN_BLOCK) if on else (GRIP_CLOSED if s.closed else GRIP_OPEN)
+    if on: top[s.grip] = GRIP_CLOSED_BLOCK if s.closed else GRIP_OPEN_BLOCK
+    else: top[s.grip] = GRIP_CLOSED if s.closed else GRIP_OPEN
     r = self.wrist//2
     pad = np.pad(top, r, constant_values=WALL)
     wrist = pad[s.grip[0]:s.grip[0]+self.wrist, s.grip[1]:s.grip[1]+self.wrist].copy()
@@ -127,19 +135,22 @@ def parse(self:TwoViewPushWorld, img:np.ndarray)->np.ndarray:
 
 # %% ../nbs/16_dworldeval.ipynb #c016
 def read_scene(first:dict, cur:dict)->tuple|None:
-    "What a policy sees: (gripper cell, closed, block cell, goal cell) from the first and current top views, or None."
+    ("What a policy sees: (gripper cell, closed, block cell, goal cell) from the first and current "
+     "top views, or None.")
     top, top0 = cur["top"], first["top"]
     gr = np.argwhere(np.isin(top, (GRIP_OPEN, GRIP_CLOSED, GRIP_OPEN_BLOCK, GRIP_CLOSED_BLOCK)))
     gl = np.argwhere(top0 == GOAL)
     if len(gr) == 0 or len(gl) == 0: return None
     g = tuple(int(v) for v in gr[0]); closed = top[g] in (GRIP_CLOSED, GRIP_CLOSED_BLOCK)
     bl = np.argwhere(top == BLOCK)
-    b = g if top[g] in (GRIP_OPEN_BLOCK, GRIP_CLOSED_BLOCK) else (tuple(int(v) for v in bl[0]) if len(bl) else None)
+    if top[g] in (GRIP_OPEN_BLOCK, GRIP_CLOSED_BLOCK): b = g
+    else: b = tuple(int(v) for v in bl[0]) if len(bl) else None
     if b is None: return None
     return g, closed, b, tuple(int(v) for v in gl[0])
 
 def expert_chunk(g:tuple, b:tuple, goal:tuple, H:int, release:bool=True)->np.ndarray:
-    "Plan H steps open loop: go to the block open, close and carry it to `goal`, open there (unless not `release`)."
+    ("Plan H steps open loop: go to the block open, close and carry it to `goal`, open there "
+     "(unless not `release`).")
     out = []
     for _ in range(H):
         if g == b and b == goal: out.append((0., 0., 0. if release else 1.)); continue
@@ -156,21 +167,23 @@ def random_chunk(H:int, rng:np.random.Generator)->np.ndarray:
     return np.concatenate([rng.uniform(-1, 1, (H, 2)), rng.uniform(0, 1, (H, 1))], 1)
 
 def decoy_target(first:dict, goal:tuple)->tuple:
-    "A cell other than the goal, fixed by the first top view (a CRC32 hash of it): where a decoy carries the block."
+    ("A cell other than the goal, fixed by the first top view (a CRC32 hash of it): where a decoy "
+     "carries the block.")
     top = first["top"]; G = top.shape[0]
     cells = [(r, c) for r in range(G) for c in range(G) if (r, c) != tuple(goal)]
     return cells[zlib.crc32(np.ascontiguousarray(top, dtype=np.int8).tobytes()) % len(cells)]
 
-def make_policy(kind:str="expert",  # "expert", "decoy", "never_open", "mirrored_goal", "late_grip" or "random"
+def make_policy(kind:str="expert",  # expert, decoy, never_open, mirrored_goal, late_grip, random
                 eps:float=0.0,      # probability that a step is replaced by a random action
                 H:int=4)->Callable:
-    "A scripted policy `pi(first_obs, cur_obs, k, rng) -> chunk (H, 3)` acting on (decoded) observations."
+    ("A scripted policy `pi(first_obs, cur_obs, k, rng) -> chunk (H, 3)` acting on (decoded) "
+     "observations.")
     kinds = ("expert", "decoy", "never_open", "mirrored_goal", "late_grip", "random")
     if kind not in kinds: raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
     def pi(first, cur, k, rng):
         if kind == "random": return random_chunk(H, rng)
         sc = read_scene(first, cur)
-        if sc is None: return random_chunk(H, rng)                    # nothing readable: act at random
+        if sc is None: return random_chunk(H, rng)  # nothing readable: act at random
         g, closed, b, goal = sc
         G = first["top"].shape[1]
         if kind == "late_grip" and k == 0: c = np.zeros((H, 3))
@@ -184,7 +197,8 @@ def make_policy(kind:str="expert",  # "expert", "decoy", "never_open", "mirrored
     return pi
 
 def scripted_policies(H:int=4)->dict:
-    "The 8 evaluated policies: expert, four epsilon-noisy experts, never-opens, mirrored goal, late grip."
+    ("The 8 evaluated policies: expert, four epsilon-noisy experts, never-opens, mirrored goal, "
+     "late grip.")
     pols = {"expert": make_policy("expert", H=H)}
     for e in (0.1, 0.25, 0.4, 0.6): pols[f"eps {e}"] = make_policy("expert", e, H=H)
     pols["never opens"] = make_policy("never_open", H=H)
@@ -195,7 +209,8 @@ def scripted_policies(H:int=4)->dict:
 # %% ../nbs/16_dworldeval.ipynb #c019
 @dataclass
 class Episode:
-    "One recorded episode: K+1 (or fewer) observations, the chunks between them and the progress after each."
+    ("One recorded episode: K+1 (or fewer) observations, the chunks between them and the progress "
+     "after each.")
     obs: list          # observations (dicts of cell maps), frame 0 shows the goal
     actions: np.ndarray  # (n, H, 3)
     progress: np.ndarray # (n,), progress after each chunk
@@ -204,7 +219,8 @@ class Episode:
     @property
     def success(self)->bool: return bool(len(self.progress) and self.progress[-1] == 1.0)
 
-def run_episode(env:TwoViewPushWorld, policy:Callable, init_seed:int, rng:np.random.Generator, name:str="")->Episode:
+def run_episode(env:TwoViewPushWorld, policy:Callable, init_seed:int, rng:np.random.Generator,
+                name:str="")->Episode:
     "Roll `policy` in the real env from `reset(init_seed)` for K chunks or until success."
     o = env.reset(init_seed); obs, acts, prog = [o], [], []
     for k in range(env.K):
@@ -215,40 +231,55 @@ def run_episode(env:TwoViewPushWorld, policy:Callable, init_seed:int, rng:np.ran
     return Episode(obs, np.array(acts), np.array(prog), name, init_seed)
 
 def training_mix(H:int=4)->dict:
-    "The failure-enriched behaviour mix, name -> (policy, weight): experts and decoys, clean and noisy, and random."
+    ("The failure-enriched behaviour mix, name -> (policy, weight): experts and decoys, clean and "
+     "noisy, and random.")
     return {"expert": (make_policy("expert", H=H), 0.2), "decoy": (make_policy("decoy", H=H), 0.3),
-            "noisy expert": (make_policy("expert", 0.3, H=H), 0.2), "noisy decoy": (make_policy("decoy", 0.3, H=H), 0.2),
+            "noisy expert": (make_policy("expert", 0.3, H=H), 0.2), "noisy decoy": (
+                make_policy("decoy", 0.3, H=H), 0.2
+            ),
             "random": (make_policy("random", H=H), 0.1)}
 
 def collect_dataset(env:TwoViewPushWorld, n_episodes:int, policy_mix:dict, seed:int=0,
                     init_offset:int=0)->list:
-    "`n_episodes` episodes with behaviour policies drawn from `policy_mix` (name -> (policy, weight))."
+    ("`n_episodes` episodes with behaviour policies drawn from `policy_mix` (name -> (policy, "
+     "weight)).")
     rng = np.random.default_rng(seed)
     names = list(policy_mix); w = np.array([policy_mix[n][1] for n in names], float); w /= w.sum()
     pick = rng.choice(len(names), size=n_episodes, p=w)
-    return [run_episode(env, policy_mix[names[i]][0], init_offset + j, rng, names[i]) for j, i in enumerate(pick)]
+    return [run_episode(env, policy_mix[names[i]][0], init_offset + j, rng, names[i])
+            for j, i in enumerate(pick)]
 
 def true_success_rates(env:TwoViewPushWorld, policies:dict, init_seeds:Sequence, seed:int=0)->dict:
-    "Real success rate of each policy from the same initial states (same per-episode random streams)."
+    ("Real success rate of each policy from the same initial states (same per-episode random "
+     "streams).")
     return {n: float(np.mean([run_episode(env, pi, int(s), np.random.default_rng([seed, b])).success
                               for b, s in enumerate(init_seeds)])) for n, pi in policies.items()}
 
 # %% ../nbs/16_dworldeval.ipynb #c024
 class PatchKMeansTokenizer:
-    "Image tokenizer: k-means codebook of non-overlapping `patch` x `patch` RGB patches (one token per patch)."
+    ("Image tokenizer: k-means codebook of non-overlapping `patch` x `patch` RGB patches (one "
+     "token per patch).")
     def __init__(self, patch:int=4, codebook:int=16):
-        if patch < 1 or codebook < 2: raise ValueError(f"need patch >= 1 and codebook >= 2, got {patch}, {codebook}")
+        if patch < 1 or codebook < 2:
+            raise ValueError(f"need patch >= 1 and codebook >= 2, got {patch}, {codebook}")
         self.patch, self.codebook, self.centroids = patch, codebook, None
     def patches(self, imgs:np.ndarray)->np.ndarray:
         "(N, h, w, 3) images -> (N, h/p, w/p, p*p*3) patch vectors."
         N, h, w, c = imgs.shape; p = self.patch
         if h % p or w % p: raise ValueError(f"image sides {h}x{w} must be multiples of patch={p}")
-        return imgs.reshape(N, h//p, p, w//p, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(N, h//p, w//p, p*p*c)
+        return imgs.reshape(N, h//p, p, w//p, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(
+            N, h//p, w//p, p*p*c
+        )
     def fit(self, imgs:Sequence, seed:int=0):
-        "Fit the codebook with `sklearn.cluster.KMeans` on the distinct patches of `imgs` (arrays (h, w, 3) or (N, h, w, 3))."
-        X = np.concatenate([self.patches(np.asarray(i).reshape(-1, *np.shape(i)[-3:])).reshape(-1, self.patch**2*3) for i in imgs])
+        ("Fit the codebook with `sklearn.cluster.KMeans` on the distinct patches of `imgs` (arrays "
+         "(h, w, 3) or (N, h, w, 3)).")
+        X = np.concatenate([self.patches(np.asarray(i).reshape(-1, *np.shape(i)[-3:])).reshape(
+            -1, self.patch**2*3
+        )
+                            for i in imgs])
         X = np.unique(X, axis=0).astype(float)
-        km = importlib.import_module("sklearn.cluster").KMeans(n_clusters=min(self.codebook, len(X)), n_init=1, random_state=seed).fit(X)
+        KMeans = importlib.import_module("sklearn.cluster").KMeans
+        km = KMeans(n_clusters=min(self.codebook, len(X)), n_init=1, random_state=seed).fit(X)
         self.centroids = km.cluster_centers_
         return self
     def encode(self, imgs:np.ndarray)->np.ndarray:
@@ -260,28 +291,40 @@ class PatchKMeansTokenizer:
     def decode(self, tokens:np.ndarray)->np.ndarray:
         "(N, h', w') token ids -> (N, h'p, w'p, 3) uint8 images (centroid lookup)."
         N, h, w = tokens.shape; p = self.patch
-        P = np.clip(np.rint(self.centroids[tokens]), 0, 255).astype(np.uint8).reshape(N, h, w, p, p, 3)
+        P = np.clip(np.rint(self.centroids[tokens]), 0, 255).astype(np.uint8).reshape(
+            N, h, w, p, p, 3
+        )
         return P.transpose(0, 1, 3, 2, 4, 5).reshape(N, h*p, w*p, 3)
 
 # %% ../nbs/16_dworldeval.ipynb #c028
 class FastActionTokenizer:
-    "FAST-style action tokens: normalise each dimension to [-1, 1], DCT along the chunk, round `scale`·coefficients."
-    def __init__(self, H:int=4, low:Sequence=(-1., -1., 0.), high:Sequence=(1., 1., 1.), scale:float=10.):
-        self.H, self.low, self.high, self.scale = H, np.asarray(low, float), np.asarray(high, float), scale
+    ("FAST-style action tokens: normalise each dimension to [-1, 1], DCT along the chunk, round "
+     "`scale`·coefficients.")
+    def __init__(self, H:int=4, low:Sequence=(-1., -1., 0.), high:Sequence=(1., 1., 1.),
+                 scale:float=10.):
+        self.H, self.scale = H, scale
+        self.low, self.high = np.asarray(low, float), np.asarray(high, float)
         self.D = len(self.low)
-        self.R = int(math.ceil(scale*math.sqrt(H)))   # |round(scale·c)| <= ceil(scale·sqrt(H)) since |c| <= sqrt(H)
+        # |round(scale·c)| <= ceil(scale·sqrt(H)) since |c| <= sqrt(H)
+        self.R = int(math.ceil(scale*math.sqrt(H)))
         self.n_tokens = 2*self.R + 1
-    def normalize(self, a:np.ndarray)->np.ndarray: return np.clip(2*(a - self.low)/(self.high - self.low) - 1, -1, 1)
-    def denormalize(self, u:np.ndarray)->np.ndarray: return (u + 1)/2*(self.high - self.low) + self.low
+    def normalize(self, a:np.ndarray)->np.ndarray:
+        return np.clip(2*(a - self.low)/(self.high - self.low) - 1, -1, 1)
+    def denormalize(self, u:np.ndarray)->np.ndarray:
+        return (u + 1)/2*(self.high - self.low) + self.low
     def _check(self, a):
         a = np.asarray(a, float)
-        if a.shape[-2:] != (self.H, self.D): raise ValueError(f"action chunks have shape (..., H, D) = (..., {self.H}, {self.D}), got {a.shape}")
+        if a.shape[-2:] != (self.H, self.D): raise ValueError("action chunks have shape (..., H, "
+                                                              f"D) = (..., {self.H}, {self.D}), "
+                                                              f"got {a.shape}")
         return a
     def coefficients(self, a:np.ndarray)->np.ndarray:
         "Orthonormal DCT-II of the normalised chunk along time: (..., H, D)."
-        return importlib.import_module("scipy.fft").dct(self.normalize(self._check(a)), axis=-2, norm="ortho")
+        return importlib.import_module("scipy.fft").dct(self.normalize(self._check(a)), axis=-2,
+                                                        norm="ortho")
     def encode(self, a:np.ndarray)->np.ndarray:
-        "(..., H, D) chunks -> (..., H*D) tokens in [0, 2R], low frequencies first, dimensions interleaved."
+        ("(..., H, D) chunks -> (..., H*D) tokens in [0, 2R], low frequencies first, dimensions "
+         "interleaved.")
         q = np.rint(self.scale*self.coefficients(a)).astype(np.int64)
         return q.reshape(*q.shape[:-2], self.H*self.D) + self.R
     def decode(self, tokens:np.ndarray)->np.ndarray:
@@ -301,7 +344,8 @@ class WordTokenizer:
         for w in text.split():
             parts = list(w) if w not in self.index and all(ch in "0123456789." for ch in w) else [w]
             for p_ in parts:
-                if p_ not in self.index: raise ValueError(f"{p_!r} is not in the vocabulary {self.vocab}")
+                if p_ not in self.index:
+                    raise ValueError(f"{p_!r} is not in the vocabulary {self.vocab}")
                 out.append(self.index[p_])
         return out
     def decode(self, ids:Sequence)->str: return " ".join(self.vocab[int(i)] for i in ids)
@@ -317,35 +361,45 @@ SEGMENTS = ("instr", "mem", "cur", "act", "next", "prog")
 
 class WorldCodec:
     "All tokenizers and the shared vocabulary: [PAD, MASK] + image tokens + action tokens + words."
-    def __init__(self, env:TwoViewPushWorld, patch_tok:PatchKMeansTokenizer, act_tok:FastActionTokenizer,
+    def __init__(self, env:TwoViewPushWorld, patch_tok:PatchKMeansTokenizer,
+                 act_tok:FastActionTokenizer,
                  word_tok:WordTokenizer, instruction:str="push block to goal"):
-        if patch_tok.centroids is None: raise ValueError("fit the patch tokenizer before building the codec")
-        if patch_tok.patch != env.px: raise ValueError(f"patch ({patch_tok.patch}) must equal the env's cell_px ({env.px})")
-        if act_tok.H != env.H: raise ValueError(f"action tokenizer horizon {act_tok.H} != env H {env.H}")
+        if patch_tok.centroids is None:
+            raise ValueError("fit the patch tokenizer before building the codec")
+        if patch_tok.patch != env.px:
+            raise ValueError(f"patch ({patch_tok.patch}) must equal the env's cell_px ({env.px})")
+        if act_tok.H != env.H:
+            raise ValueError(f"action tokenizer horizon {act_tok.H} != env H {env.H}")
         self.env, self.patch, self.act, self.words = env, patch_tok, act_tok, word_tok
-        self.n_cell, self.n_act, self.n_word = len(patch_tok.centroids), act_tok.n_tokens, len(word_tok.vocab)
+        self.n_cell, self.n_act = len(patch_tok.centroids), act_tok.n_tokens
+        self.n_word = len(word_tok.vocab)
         self.cell0, self.act0 = 2, 2 + self.n_cell
         self.word0 = self.act0 + self.n_act
         self.V = self.word0 + self.n_word
         self.top_len, self.frame_len = env.G**2, env.G**2 + env.wrist**2
         self.instr = np.array(word_tok.encode(instruction)) + self.word0
-        self.cell_of_token = env.parse(patch_tok.decode(np.arange(self.n_cell)[None, None])[0])[0]   # decoded patch -> cell type
+        # decoded patch -> cell type
+        self.cell_of_token = env.parse(patch_tok.decode(np.arange(self.n_cell)[None, None])[0])[0]
     def frame_ids(self, obs:Sequence)->np.ndarray:
-        "Observations -> (N, F) ids: top-view tokens (G*G) then wrist tokens (w*w), both views through the patch tokenizer."
+        ("Observations -> (N, F) ids: top-view tokens (G*G) then wrist tokens (w*w), both views "
+         "through the patch tokenizer.")
         imgs = [self.env.render(o) for o in obs]
         top = self.patch.encode(np.stack([i["top"] for i in imgs])).reshape(len(obs), -1)
         wr = self.patch.encode(np.stack([i["wrist"] for i in imgs])).reshape(len(obs), -1)
         return np.concatenate([top, wr], 1) + self.cell0
     def obs_from_ids(self, ids:np.ndarray)->dict:
-        "(F,) frame ids -> observation (cell-type maps), by decoding the tokens into pixels and reading them."
+        ("(F,) frame ids -> observation (cell-type maps), by decoding the tokens into pixels and "
+         "reading them.")
         t = np.clip(np.asarray(ids) - self.cell0, 0, self.n_cell - 1)
         G, w = self.env.G, self.env.wrist
         img_top = self.patch.decode(t[None, :G*G].reshape(1, G, G))[0]
         img_wr = self.patch.decode(t[None, G*G:].reshape(1, w, w))[0]
         return {"top": self.env.parse(img_top), "wrist": self.env.parse(img_wr)}
     def action_ids(self, chunks:np.ndarray)->np.ndarray: return self.act.encode(chunks) + self.act0
-    def progress_ids(self, p:float)->np.ndarray: return np.array(self.words.progress_ids(p)) + self.word0
-    def parse_progress(self, ids:Sequence)->float: return self.words.parse_progress(np.asarray(ids) - self.word0)
+    def progress_ids(self, p:float)->np.ndarray:
+        return np.array(self.words.progress_ids(p)) + self.word0
+    def parse_progress(self, ids:Sequence)->float:
+        return self.words.parse_progress(np.asarray(ids) - self.word0)
 
 # %% ../nbs/16_dworldeval.ipynb #c038
 MEM_RULES, ACTION_MODES = ("first+sparse", "recent", "none"), ("tokens", "adaln")
@@ -364,16 +418,23 @@ def select_memory(k:int,                  # index of the current frame (chunk bo
     return idx + [-1]*(M - len(idx))
 
 # %% ../nbs/16_dworldeval.ipynb #c040
-def make_samples(codec:WorldCodec, episodes:Sequence, mem_frames:int=1, mem_rule:str="first+sparse", s_mem:int=1)->dict:
-    "Training/evaluation samples at every chunk boundary: tokens of (instr, memory, obs_k, a_k, obs_k+1, progress_k+1)."
-    rows = {n: [] for n in ("instr", "mem", "cur", "act", "act_raw", "next", "prog", "k", "episode")}
+def make_samples(codec:WorldCodec, episodes:Sequence, mem_frames:int=1, mem_rule:str="first+sparse",
+                 s_mem:int=1)->dict:
+    ("Training/evaluation samples at every chunk boundary: tokens of (instr, memory, obs_k, a_k, "
+     "obs_k+1, progress_k+1).")
+    rows = {n: [] for n in ("instr", "mem", "cur", "act", "act_raw", "next", "prog", "k",
+                            "episode")}
     for e, ep in enumerate(episodes):
         fr = codec.frame_ids(ep.obs)                          # (n+1, F)
         acts = codec.action_ids(ep.actions)                   # (n, H*3)
         for k in range(len(ep.actions)):
-            mem = [fr[j, :codec.top_len] if j >= 0 else np.full(codec.top_len, PAD) for j in select_memory(k, mem_frames, mem_rule, s_mem)]
-            rows["instr"].append(codec.instr); rows["mem"].append(np.concatenate(mem)); rows["cur"].append(fr[k])
-            rows["act"].append(acts[k]); rows["act_raw"].append(codec.act.normalize(ep.actions[k]).reshape(-1))
+            mem = [fr[j, :codec.top_len] if j >= 0 else np.full(codec.top_len, PAD)
+                   for j in select_memory(k, mem_frames, mem_rule, s_mem)]
+            rows["instr"].append(codec.instr)
+            rows["mem"].append(np.concatenate(mem))
+            rows["cur"].append(fr[k])
+            rows["act"].append(acts[k])
+            rows["act_raw"].append(codec.act.normalize(ep.actions[k]).reshape(-1))
             rows["next"].append(fr[k + 1]); rows["prog"].append(codec.progress_ids(ep.progress[k]))
             rows["k"].append(k); rows["episode"].append(e)
     out = {n: torch.as_tensor(np.stack(v)) for n, v in rows.items()}
@@ -387,25 +448,33 @@ def subset(data:dict, idx)->dict:
 # %% ../nbs/16_dworldeval.ipynb #c043
 @dataclass
 class DWMConfig:
-    "Sizes and switches of `DiscreteDiffusionWM` (vocabulary and segment lengths come from a `WorldCodec`)."
+    ("Sizes and switches of `DiscreteDiffusionWM` (vocabulary and segment lengths come from a "
+     "`WorldCodec`).")
     V: int; cell0: int; n_cell: int; word0: int; n_word: int
     instr_len: int; top_len: int; frame_len: int; act_len: int; act_raw_dim: int; prog_len: int = 3
     d: int = 64; layers: int = 2; heads: int = 4; mlp_ratio: int = 4
     mem_frames: int = 1; mem_rule: str = "first+sparse"; s_mem: int = 1
     action_mode: str = "tokens"; denoise_steps: int = 2; adaln_hidden: int = 16; t_min: float = 1e-3
     def __post_init__(self):
-        if self.mem_rule not in MEM_RULES: raise ValueError(f"mem_rule must be one of {MEM_RULES}, got {self.mem_rule!r}")
-        if self.action_mode not in ACTION_MODES: raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
-        if self.denoise_steps < 1: raise ValueError(f"denoise_steps must be >= 1, got {self.denoise_steps}")
-        if self.d % self.heads: raise ValueError(f"d ({self.d}) must be divisible by heads ({self.heads})")
+        if self.mem_rule not in MEM_RULES:
+            raise ValueError(f"mem_rule must be one of {MEM_RULES}, got {self.mem_rule!r}")
+        if self.action_mode not in ACTION_MODES:
+            raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
+        if self.denoise_steps < 1:
+            raise ValueError(f"denoise_steps must be >= 1, got {self.denoise_steps}")
+        if self.d % self.heads:
+            raise ValueError(f"d ({self.d}) must be divisible by heads ({self.heads})")
     @classmethod
     def from_codec(cls, codec:WorldCodec, **kw)->"DWMConfig":
         "A config whose vocabulary and lengths match `codec`."
-        return cls(V=codec.V, cell0=codec.cell0, n_cell=codec.n_cell, word0=codec.word0, n_word=codec.n_word,
+        return cls(V=codec.V, cell0=codec.cell0, n_cell=codec.n_cell, word0=codec.word0,
+                   n_word=codec.n_word,
                    instr_len=len(codec.instr), top_len=codec.top_len, frame_len=codec.frame_len,
                    act_len=codec.act.H*codec.act.D, act_raw_dim=codec.act.H*codec.act.D, **kw)
     @property
-    def ctx_len(self)->int: return self.instr_len + self.mem_frames*self.top_len + self.frame_len + (self.act_len if self.action_mode == "tokens" else 0)
+    def ctx_len(self)->int:
+        n_act = self.act_len if self.action_mode == "tokens" else 0
+        return self.instr_len + self.mem_frames*self.top_len + self.frame_len + n_act
     @property
     def tgt_len(self)->int: return self.frame_len + self.prog_len
 
@@ -423,14 +492,16 @@ class DWMBlock(nn.Module):
         B, T, d = h.shape
         x = self.ln1(h)
         if mod is not None: x = x*(1 + mod[:, 0, None]) + mod[:, 1, None]
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, d//self.heads).permute(2, 0, 3, 1, 4)   # (B, nh, T, hs) each
+        # (B, nh, T, hs) each
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, d//self.heads).permute(2, 0, 3, 1, 4)
         h = h + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, d))
         x = self.ln2(h)
         if mod is not None: x = x*(1 + mod[:, 2, None]) + mod[:, 3, None]
         return h + self.mlp(x)
 
 class DiscreteDiffusionWM(nn.Module):
-    "One masked-diffusion transformer over [instruction | keyframe memory | current frame | action | next frame | progress]."
+    ("One masked-diffusion transformer over [instruction | keyframe memory | current frame | "
+     "action | next frame | progress].")
     def __init__(self, cfg:DWMConfig, seed:int=0):
         super().__init__()
         self.cfg = cfg
@@ -438,24 +509,33 @@ class DiscreteDiffusionWM(nn.Module):
             torch.manual_seed(seed)
             d = cfg.d
             self.tok, self.seg = nn.Embedding(cfg.V, d), nn.Embedding(len(SEGMENTS), d)
-            # positions and slots start at the scale of the N(0, 1) token embeddings they are added to
-            self.pos = nn.Parameter(torch.randn(cfg.frame_len + cfg.instr_len + cfg.act_len + cfg.prog_len, d))
+            # positions and slots start at the scale of the N(0, 1) token embeddings they are added
+            # to
+            self.pos = nn.Parameter(torch.randn(
+                cfg.frame_len + cfg.instr_len + cfg.act_len + cfg.prog_len, d
+            ))
             self.slot = nn.Parameter(torch.randn(cfg.mem_frames, d))   # which keyframe slot
-            self.blocks = nn.ModuleList(DWMBlock(d, cfg.heads, cfg.mlp_ratio) for _ in range(cfg.layers))
+            blocks = (DWMBlock(d, cfg.heads, cfg.mlp_ratio) for _ in range(cfg.layers))
+            self.blocks = nn.ModuleList(blocks)
             self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, cfg.V)
             self.act_mlp = (nn.Sequential(nn.Linear(cfg.act_raw_dim, cfg.adaln_hidden), nn.SiLU(),
                                           nn.Linear(cfg.adaln_hidden, cfg.layers*4*d))
                             if cfg.action_mode == "adaln" else None)
         F_, Li, La, top = cfg.frame_len, cfg.instr_len, cfg.act_len, cfg.top_len
-        pos = [F_ + torch.arange(Li)] + [torch.arange(top)]*cfg.mem_frames + [torch.arange(F_)]   # frames share cell positions
-        pos += [F_ + Li + torch.arange(La)]*(cfg.action_mode == "tokens") + [torch.arange(F_), F_ + Li + La + torch.arange(cfg.prog_len)]
+        # frames share cell positions
+        pos = [F_ + torch.arange(Li)] + [torch.arange(top)]*cfg.mem_frames + [torch.arange(F_)]
+        pos += [F_ + Li + torch.arange(La)]*(cfg.action_mode == "tokens") + [
+            torch.arange(F_), F_ + Li + La + torch.arange(cfg.prog_len)
+        ]
         self.register_buffer("pos_ids", torch.cat(pos), persistent=False)
         slot = torch.zeros(cfg.ctx_len + cfg.tgt_len, cfg.mem_frames)
         for m in range(cfg.mem_frames): slot[Li + m*top:Li + (m + 1)*top, m] = 1
         self.register_buffer("slot_of", slot, persistent=False)
         allowed = torch.zeros(cfg.tgt_len, cfg.V, dtype=torch.bool)
-        allowed[:cfg.frame_len, cfg.cell0:cfg.cell0 + cfg.n_cell] = True          # frame positions: image tokens
-        allowed[cfg.frame_len:, cfg.word0 + cfg.n_word - 11:cfg.word0 + cfg.n_word] = True   # progress: digits and "."
+        # frame positions: image tokens
+        allowed[:cfg.frame_len, cfg.cell0:cfg.cell0 + cfg.n_cell] = True
+        # progress: digits and "."
+        allowed[cfg.frame_len:, cfg.word0 + cfg.n_word - 11:cfg.word0 + cfg.n_word] = True
         self.register_buffer("allowed", allowed, persistent=False)
 
 def count_params(model:nn.Module)->int:
@@ -465,12 +545,15 @@ def count_params(model:nn.Module)->int:
 # %% ../nbs/16_dworldeval.ipynb #c047
 @patch
 def context(self:DiscreteDiffusionWM, batch:dict)->tuple:
-    "Context ids (B, Tc) and segment ids; the action chunk is in the sequence only when `action_mode='tokens'`."
+    ("Context ids (B, Tc) and segment ids; the action chunk is in the sequence only when "
+     "`action_mode='tokens'`.")
     c = self.cfg
-    parts = [(batch["instr"], 0), (batch["mem"], 1), (batch["cur"], 2)] + ([(batch["act"], 3)] if c.action_mode == "tokens" else [])
+    parts = [(batch["instr"], 0), (batch["mem"], 1), (batch["cur"], 2)]
+    parts += [(batch["act"], 3)] if c.action_mode == "tokens" else []
     ids = torch.cat([p for p, _ in parts], 1)
     if ids.shape[1] != c.ctx_len:
-        raise ValueError(f"context has {ids.shape[1]} tokens, the config expects {c.ctx_len} (check mem_frames and the codec)")
+        raise ValueError(f"context has {ids.shape[1]} tokens, the config expects {c.ctx_len} "
+                         "(check mem_frames and the codec)")
     seg = torch.cat([torch.full_like(p, s) for p, s in parts], 1)
     return ids, seg
 
@@ -482,17 +565,20 @@ def targets(self:DiscreteDiffusionWM, batch:dict)->Tensor:
 @patch
 def logits(self:DiscreteDiffusionWM, ctx:Tensor, seg:Tensor, y_t:Tensor, act_raw:Tensor|None=None,
             h:Tensor|None=None)->Tensor:
-    "Logits (B, Ty, V) at the target positions, given the context and the partly masked targets `y_t`."
+    ("Logits (B, Ty, V) at the target positions, given the context and the partly masked targets "
+     "`y_t`.")
     c = self.cfg
     B, Ty = y_t.shape
     if h is None: h = self.embed(ctx, seg, y_t)
-    mod = self.act_mlp(act_raw).view(B, c.layers, 4, c.d) if c.action_mode == "adaln" else None   # passive conditioning
+    # passive conditioning
+    mod = self.act_mlp(act_raw).view(B, c.layers, 4, c.d) if c.action_mode == "adaln" else None
     for i, blk in enumerate(self.blocks): h = blk(h, None if mod is None else mod[:, i])
     return self.head(self.ln_f(h[:, -Ty:]))
 
 @patch
 def embed(self:DiscreteDiffusionWM, ctx:Tensor, seg:Tensor, y_t:Tensor)->Tensor:
-    "Token + segment + position (+ keyframe slot) embeddings, (B, T, d); a cell has the same position in every frame."
+    ("Token + segment + position (+ keyframe slot) embeddings, (B, T, d); a cell has the same "
+     "position in every frame.")
     ids = torch.cat([ctx, y_t], 1)
     segs = torch.cat([seg, torch.full_like(y_t, 4)], 1)
     segs[:, -self.cfg.prog_len:] = 5
@@ -500,17 +586,22 @@ def embed(self:DiscreteDiffusionWM, ctx:Tensor, seg:Tensor, y_t:Tensor)->Tensor:
 
 # %% ../nbs/16_dworldeval.ipynb #c050
 @patch
-def loss(self:DiscreteDiffusionWM, batch:dict, generator:torch.Generator|None=None, t:Tensor|None=None)->Tensor:
-    r"Masked-diffusion loss $\frac{1}{|y|}\sum_{i:\,y_t^i=\mathrm{M}} \frac{1}{t}(-\log p_\theta(y_0^i\mid c, y_t))$, averaged over the batch."
+def loss(self:DiscreteDiffusionWM, batch:dict, generator:torch.Generator|None=None,
+         t:Tensor|None=None)->Tensor:
+    (r"Masked-diffusion loss $\frac{1}{|y|}\sum_{i:\,y_t^i=\mathrm{M}} \frac{1}{t}(-\log "
+     r"p_\theta(y_0^i\mid c, y_t))$, averaged over the batch.")
     ctx, seg = self.context(batch); y = self.targets(batch)
     B, Ty = y.shape
-    if t is None:   # t ~ U(t_min, 1], stratified over the batch (one draw per 1/B stratum) to reduce the variance of 1/t
+    # t ~ U(t_min, 1], stratified over the batch (one draw per 1/B stratum) to reduce the variance
+    # of 1/t
+    if t is None:
         u = (torch.arange(B) + torch.rand(B, generator=generator))/B
         t = (self.cfg.t_min + (1 - self.cfg.t_min)*u)[torch.randperm(B, generator=generator)]
     t = torch.as_tensor(t, dtype=torch.float32).reshape(-1, 1).expand(B, 1).to(y.device)
-    m = (torch.rand(B, Ty, generator=generator).to(y.device) < t)                 # mask each target w.p. t
+    m = (torch.rand(B, Ty, generator=generator).to(y.device) < t)  # mask each target w.p. t
     y_t = torch.where(m, torch.full_like(y, MASK), y)
-    ce = F.cross_entropy(self.logits(ctx, seg, y_t, batch.get("act_raw")).transpose(1, 2), y, reduction="none")  # (B, Ty)
+    ce = F.cross_entropy(self.logits(ctx, seg, y_t, batch.get("act_raw")).transpose(1, 2), y,
+                         reduction="none")  # (B, Ty)
     return ((ce*m)/t).sum(1).div(Ty).mean()
 
 # %% ../nbs/16_dworldeval.ipynb #c054
@@ -518,7 +609,8 @@ def loss(self:DiscreteDiffusionWM, batch:dict, generator:torch.Generator|None=No
 @torch.no_grad()
 def sample_next(self:DiscreteDiffusionWM, batch:dict, steps:int|None=None, greedy:bool=True,
                  generator:torch.Generator|None=None, restrict:bool=True)->Tensor:
-    "Iterative unmasking: start fully masked; at step s commit the most confident predictions until round(s/S·|y|) are set."
+    ("Iterative unmasking: start fully masked; at step s commit the most confident predictions "
+     "until round(s/S·|y|) are set.")
     S = self.cfg.denoise_steps if steps is None else steps
     if S < 1: raise ValueError(f"denoise_steps must be >= 1, got {S}")
     ctx, seg = self.context(batch)
@@ -530,12 +622,13 @@ def sample_next(self:DiscreteDiffusionWM, batch:dict, steps:int|None=None, greed
         p = lg.softmax(-1)
         if greedy: conf, pred = p.max(-1)
         else:
-            pred = torch.multinomial(p.view(-1, p.shape[-1]).cpu(), 1, generator=generator).view(B, Ty).to(ctx.device)
+            pred = torch.multinomial(p.view(-1, p.shape[-1]).cpu(), 1, generator=generator)
+            pred = pred.view(B, Ty).to(ctx.device)
             conf = p.gather(-1, pred[..., None])[..., 0]
         masked = y == MASK
-        n_new = round(s/S*Ty) - (Ty - int(masked[0].sum()))          # linear schedule: all set at s = S
+        n_new = round(s/S*Ty) - (Ty - int(masked[0].sum()))  # linear schedule: all set at s = S
         if n_new <= 0: continue
-        conf = conf.masked_fill(~masked, -1.0)                           # only masked positions compete
+        conf = conf.masked_fill(~masked, -1.0)  # only masked positions compete
         idx = conf.topk(n_new, dim=1).indices
         y.scatter_(1, idx, pred.gather(1, idx))
     return y
@@ -543,16 +636,23 @@ def sample_next(self:DiscreteDiffusionWM, batch:dict, steps:int|None=None, greed
 # %% ../nbs/16_dworldeval.ipynb #c058
 def train_wm(model:DiscreteDiffusionWM, data:dict, steps:int, batch_size:int=32, lr:float=1e-3,
              seed:int=0, weight_decay:float=0.01, warmup:float=0.05, desc:str="train")->list:
-    "AdamW on the masked-diffusion loss with linear warm-up and cosine decay; returns the loss per step."
+    ("AdamW on the masked-diffusion loss with linear warm-up and cosine decay; returns the loss "
+     "per step.")
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
+    if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     n_w = max(1, int(warmup*steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1)/n_w)*0.5*(1 + math.cos(math.pi*min(i, steps)/steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1)/n_w)*0.5*(1 + math.cos(math.pi*min(i, steps)/steps))
+    )
     dev = next(model.parameters()).device
     N, losses = len(data["cur"]), []
     model.train()
     for _ in progress(range(steps), desc=desc):
-        b = {k: v.to(dev) for k, v in subset(data, torch.randint(N, (batch_size,), generator=g)).items()}
+        idx = torch.randint(N, (batch_size,), generator=g)
+        b = {k: v.to(dev) for k, v in subset(data, idx).items()}
         loss = model.loss(b, generator=g)
         opt.zero_grad(); loss.backward(); opt.step(); sched.step()
         losses.append(loss.item())
@@ -561,7 +661,8 @@ def train_wm(model:DiscreteDiffusionWM, data:dict, steps:int, batch_size:int=32,
 
 @torch.no_grad()
 def predict(model:DiscreteDiffusionWM, data:dict, steps:int|None=None, batch_size:int=512)->Tensor:
-    "Greedy S-step samples of the targets for every row of `data` (teacher-forced context), (N, Ty)."
+    ("Greedy S-step samples of the targets for every row of `data` (teacher-forced context), (N, "
+     "Ty).")
     dev = next(model.parameters()).device
     out = [model.sample_next({k: v[i:i+batch_size].to(dev) for k, v in data.items()}, steps).cpu()
            for i in range(0, len(data["cur"]), batch_size)]
@@ -575,48 +676,64 @@ def progress_values(codec:WorldCodec, y:Tensor)->np.ndarray:
 @torch.no_grad()
 def imagine_rollout(model:DiscreteDiffusionWM, codec:WorldCodec, policy:Callable, init_obs:Sequence,
                     n_chunks:int, steps:int|None=None, seed:int=0)->dict:
-    "Closed loop in imagination for a batch of episodes: the policy acts on decoded imagined frames; stop at progress 1.0."
+    ("Closed loop in imagination for a batch of episodes: the policy acts on decoded imagined "
+     "frames; stop at progress 1.0.")
     c, dev = model.cfg, next(model.parameters()).device
     B = len(init_obs)
     frames = np.zeros((B, n_chunks + 1, c.frame_len), dtype=np.int64)
     frames[:, 0] = codec.frame_ids(init_obs)
     rngs = [np.random.default_rng([seed, b]) for b in range(B)]
-    first = [codec.obs_from_ids(f) for f in frames[:, 0]]              # the policy sees decoded tokens, never the state
-    prog = np.full((B, n_chunks), np.nan); done = np.zeros(B, bool); chunks = np.zeros((B, n_chunks, codec.env.H, 3))
+    # the policy sees decoded tokens, never the state
+    first = [codec.obs_from_ids(f) for f in frames[:, 0]]
+    prog = np.full((B, n_chunks), np.nan)
+    done = np.zeros(B, bool)
+    chunks = np.zeros((B, n_chunks, codec.env.H, 3))
     for k in range(n_chunks):
         cur = [codec.obs_from_ids(f) for f in frames[:, k]]
         a = np.stack([policy(first[b], cur[b], k, rngs[b]) for b in range(B)])
         chunks[:, k] = a
-        mem = np.concatenate([frames[:, j, :codec.top_len] if j >= 0 else np.full((B, codec.top_len), PAD)
+        mem = np.concatenate([frames[:, j, :codec.top_len] if j >= 0 else np.full(
+            (B, codec.top_len), PAD
+        )
                               for j in select_memory(k, c.mem_frames, c.mem_rule, c.s_mem)], 1)
-        batch = {"instr": torch.as_tensor(np.tile(codec.instr, (B, 1))), "mem": torch.as_tensor(mem),
+        batch = {"instr": torch.as_tensor(np.tile(codec.instr, (B, 1))),
+                 "mem": torch.as_tensor(mem),
                  "cur": torch.as_tensor(frames[:, k]), "act": torch.as_tensor(codec.action_ids(a)),
                  "act_raw": torch.as_tensor(codec.act.normalize(a).reshape(B, -1)).float()}
         y = model.sample_next({n: v.to(dev) for n, v in batch.items()}, steps).cpu()
-        frames[:, k + 1] = np.where(done[:, None], frames[:, k], y[:, :c.frame_len].numpy())   # finished episodes stay put
+        # finished episodes stay put
+        frames[:, k + 1] = np.where(done[:, None], frames[:, k], y[:, :c.frame_len].numpy())
         p = progress_values(codec, y)
         prog[:, k] = np.where(done, np.nan, p)
         done |= p == 1.0
     return {"frames": frames, "progress": prog, "success": done, "actions": chunks}
 
-def estimate_success_rates(model:DiscreteDiffusionWM, codec:WorldCodec, policies:dict, init_seeds:Sequence,
+def estimate_success_rates(model:DiscreteDiffusionWM, codec:WorldCodec, policies:dict,
+                           init_seeds:Sequence,
                            n_chunks:int, steps:int|None=None, seed:int=0)->dict:
-    "World-model success rate of each policy: fraction of imagined episodes whose progress text reaches 1.0."
+    ("World-model success rate of each policy: fraction of imagined episodes whose progress text "
+     "reaches 1.0.")
     init = [codec.env.reset(int(s)) for s in init_seeds]
-    return {n: float(imagine_rollout(model, codec, pi, init, n_chunks, steps, seed).get("success").mean()) for n, pi in policies.items()}
+    rollout = lambda pi: imagine_rollout(model, codec, pi, init, n_chunks, steps, seed)
+    return {n: float(rollout(pi)["success"].mean()) for n, pi in policies.items()}
 
 # %% ../nbs/16_dworldeval.ipynb #c065
 def mmrv(est:Sequence, true:Sequence)->float:
-    r"Mean maximum rank violation: $\frac1N\sum_i \max_j |r_i-r_j|\,\mathbb 1[(\hat s_i<\hat s_j)\ne(r_i<r_j)]$."
+    (r"Mean maximum rank violation: $\frac1N\sum_i \max_j |r_i-r_j|\,\mathbb 1[(\hat s_i<\hat "
+     r"s_j)\ne(r_i<r_j)]$.")
     s, r = np.asarray(est, float), np.asarray(true, float)
     viol = np.abs(r[:, None] - r[None]) * ((s[:, None] < s[None]) != (r[:, None] < r[None]))
     return float(viol.max(1).mean())
 
 def ranking_metrics(est:dict|Sequence, true:dict|Sequence)->dict:
-    "Pearson r and Spearman rho (`scipy.stats`) and MMRV between estimated and true success rates (0 when one side is constant)."
+    ("Pearson r and Spearman rho (`scipy.stats`) and MMRV between estimated and true success rates "
+     "(0 when one side is constant).")
     if isinstance(est, dict): est, true = [est[k] for k in true], [true[k] for k in true]
     s, r = np.asarray(est, float), np.asarray(true, float)
-    if s.shape != r.shape or s.ndim != 1 or len(s) < 3: raise ValueError(f"need two equal-length vectors of >= 3 rates, got {s.shape} and {r.shape}")
+    if s.shape != r.shape or s.ndim != 1 or len(s) < 3: raise ValueError("need two equal-length "
+                                                                         "vectors of >= 3 rates, "
+                                                                         f"got {s.shape} and "
+                                                                         f"{r.shape}")
     st = importlib.import_module("scipy.stats")
     const = s.std() == 0 or r.std() == 0
     return {"pearson": 0.0 if const else float(st.pearsonr(s, r)[0]),
@@ -624,17 +741,21 @@ def ranking_metrics(est:dict|Sequence, true:dict|Sequence)->dict:
 
 # %% ../nbs/16_dworldeval.ipynb #c068
 def frame_errors(model:DiscreteDiffusionWM, codec:WorldCodec, data:dict, steps:int|None=None)->dict:
-    "Teacher-forced one-chunk errors per row: next-frame token error rate and pixel MSE of the decoded frame (pixels in [0, 1])."
+    ("Teacher-forced one-chunk errors per row: next-frame token error rate and pixel MSE of the "
+     "decoded frame (pixels in [0, 1]).")
     y = predict(model, data, steps)
     F_ = codec.frame_len
     pred, true = y[:, :F_].numpy() - codec.cell0, data["next"].numpy() - codec.cell0
     P = codec.patch.centroids/255.0                                   # decoded patch of each token
-    mse = ((P[:, None] - P[None])**2).mean(-1)                         # (C, C): pixel MSE between two decoded patches
-    return {"token_err": (pred != true).mean(1), "pixel_mse": mse[np.clip(pred, 0, codec.n_cell - 1), true].mean(1),
+    mse = ((P[:, None] - P[None])**2).mean(-1)  # (C, C): pixel MSE between two decoded patches
+    return {"token_err": (pred != true).mean(1),
+            "pixel_mse": mse[np.clip(pred, 0, codec.n_cell - 1), true].mean(1),
             "progress_hat": progress_values(codec, y), "y_hat": y}
 
-def failure_gap(model:DiscreteDiffusionWM, codec:WorldCodec, expert:dict, fail:dict, steps:int|None=None)->dict:
-    "Next-frame error on failure chunks minus that on expert chunks (the analogue of the paper's Delta-LPIPS)."
+def failure_gap(model:DiscreteDiffusionWM, codec:WorldCodec, expert:dict, fail:dict,
+                steps:int|None=None)->dict:
+    ("Next-frame error on failure chunks minus that on expert chunks (the analogue of the paper's "
+     "Delta-LPIPS).")
     e, f = frame_errors(model, codec, expert, steps), frame_errors(model, codec, fail, steps)
     return {"err_expert": float(e["token_err"].mean()), "err_fail": float(f["token_err"].mean()),
             "delta": float(f["token_err"].mean() - e["token_err"].mean()),
