@@ -280,7 +280,9 @@ def multi_J_and_grad(Vs:Sequence[Tensor],  # stacked adapters of each adapted ma
     J, Gs = loss_grad(Xs)
     J = torch.as_tensor(J, dtype=Xs[0].dtype, device=Xs[0].device)
     listed = isinstance(Gs, (list, tuple))
-    if not listed or len(Gs) != len(Xs) or any(not isinstance(G, Tensor) or G.shape != X.shape for G, X in zip(Gs, Xs)):
+    if not listed or len(Gs) != len(Xs) or any(
+        not isinstance(G, Tensor) or G.shape != X.shape for G, X in zip(Gs, Xs)
+    ):
         got = (
             [tuple(G.shape) if isinstance(G, Tensor) else type(G).__name__ for G in Gs]
             if listed
