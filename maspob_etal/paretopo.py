@@ -25,16 +25,25 @@ __all__ = ['METHODS', 'SYSTEM', 'EXAMPLE', 'normalize_objectives', 'hypervolume_
            'parse_answer', 'agent_rollouts', 'grpo_loss', 'train_llm_grpo', 'evaluate_agent']
 
 # %% ../nbs/06_paretopo.ipynb #pp009
-def normalize_objectives(R:np.ndarray,       # raw objective vectors, (..., M), every objective maximised
-                         lo:Sequence[float], # worst value of each objective, (M,)
-                         hi:Sequence[float], # best value of each objective, (M,)
-                        )->np.ndarray:       # normalised vectors, (..., M), in [0, 1] inside the bounds
-    r"Map each objective to $[0,1]$ with the user's bounds: $\tilde R = (R-\mathrm{lo})/(\mathrm{hi}-\mathrm{lo})$."
+def normalize_objectives(
+    R: np.ndarray,  # raw objective vectors, (..., M), every objective maximised
+    lo: Sequence[float],  # worst value of each objective, (M,)
+    hi: Sequence[float],  # best value of each objective, (M,)
+) -> np.ndarray:  # normalised vectors, (..., M), in [0, 1] inside the bounds
+    (r"Map each objective to $[0,1]$ with the user's bounds: $\tilde R = "
+     r"(R-\mathrm{lo})/(\mathrm{hi}-\mathrm{lo})$.")
     R, lo, hi = np.asarray(R, dtype=float), np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
     if lo.shape != hi.shape or lo.ndim != 1 or R.shape[-1:] != lo.shape:
-        raise ValueError(f"lo and hi must be (M,) with M = R.shape[-1]; got R {R.shape}, lo {lo.shape}, hi {hi.shape}")
-    if not (hi > lo).all(): raise ValueError(f"every bound must satisfy hi > lo (hi is the best value); got lo={lo}, hi={hi}")
-    return np.round((R - lo)/(hi - lo), 12)                   # rounding: a rescaled objective gives bit-identical values
+        raise ValueError(
+            f"lo and hi must be (M,) with M = R.shape[-1]; got R {R.shape}, lo {lo.shape}, hi "
+            f"{hi.shape}"
+        )
+    if not (hi > lo).all():
+        raise ValueError(
+            f"every bound must satisfy hi > lo (hi is the best value); got lo={lo}, hi={hi}"
+        )
+    # rounding: a rescaled objective gives bit-identical values
+    return np.round((R - lo) / (hi - lo), 12)
 
 # %% ../nbs/06_paretopo.ipynb #pp013
 def hypervolume_2d(points:np.ndarray, # objective vectors, (n, 2), maximised
@@ -42,55 +51,79 @@ def hypervolume_2d(points:np.ndarray, # objective vectors, (n, 2), maximised
                   )->float:           # the dominated area
     "Exact 2-D hypervolume (maximisation) by a sweep over the first objective."
     P, ref = np.atleast_2d(np.asarray(points, dtype=float)), np.asarray(ref, dtype=float)
-    if P.shape[-1] != 2 or ref.shape != (2,): raise ValueError(f"hypervolume_2d needs points (n, 2) and ref (2,); got {P.shape}, {ref.shape}")
-    P = P[(P > ref).all(1)]                                   # points not beyond the reference add nothing
-    if len(P) == 0: return 0.0
-    P = P[np.lexsort((-P[:, 1], -P[:, 0]))]                   # first objective descending (ties: second descending)
-    y_best = np.maximum.accumulate(P[:, 1])                   # best second objective among points with larger first
-    dy = np.diff(np.concatenate([[ref[1]], y_best]))          # the strip each point adds
-    return float(((P[:, 0] - ref[0])*dy).sum())
+    if P.shape[-1] != 2 or ref.shape != (2,):
+        raise ValueError(
+            f"hypervolume_2d needs points (n, 2) and ref (2,); got {P.shape}, {ref.shape}"
+        )
+    # points not beyond the reference add nothing
+    P = P[(P > ref).all(1)]
+    if len(P) == 0:
+        return 0.0
+    # first objective descending (ties: second descending)
+    P = P[np.lexsort((-P[:, 1], -P[:, 0]))]
+    # best second objective among points with larger first
+    y_best = np.maximum.accumulate(P[:, 1])
+    dy = np.diff(np.concatenate([[ref[1]], y_best]))  # the strip each point adds
+    return float(((P[:, 0] - ref[0]) * dy).sum())
 
-def hypervolume(points:np.ndarray, # objective vectors, (n, M), maximised
-                ref:np.ndarray,    # reference point, (M,): the worst corner
-               )->float:           # the dominated volume
+
+def hypervolume(
+    points: np.ndarray,  # objective vectors, (n, M), maximised
+    ref: np.ndarray,  # reference point, (M,): the worst corner
+) -> float:  # the dominated volume
     "M-dimensional hypervolume (maximisation) with pymoo's exact algorithm."
     from pymoo.indicators.hv import HV
+
     P, ref = np.atleast_2d(np.asarray(points, dtype=float)), np.asarray(ref, dtype=float)
-    if P.ndim != 2 or ref.shape != (P.shape[1],): raise ValueError(f"hypervolume needs points (n, M) and ref (M,); got {P.shape}, {ref.shape}")
+    if P.ndim != 2 or ref.shape != (P.shape[1],):
+        raise ValueError(
+            f"hypervolume needs points (n, M) and ref (M,); got {P.shape}, {ref.shape}"
+        )
     P = P[(P > ref).all(1)]
-    if len(P) == 0: return 0.0
-    return float(HV(ref_point=-ref)(-P))                      # pymoo minimises
+    if len(P) == 0:
+        return 0.0
+    return float(HV(ref_point=-ref)(-P))  # pymoo minimises
 
 # %% ../nbs/06_paretopo.ipynb #pp019
-def nondominated_ranks(F:np.ndarray, # objective vectors, (n, M), maximised; or (..., n, M) for many groups at once
-                      )->np.ndarray:  # front index of each point, (n,) or (..., n); 0 = not dominated
-    "Non-dominated sorting (maximisation): the front index of every point, for one set or a batch of sets."
+def nondominated_ranks(
+    F: np.ndarray,  # objective vectors, (n, M), maximised; or (..., n, M) for many groups at once
+) -> np.ndarray:  # front index of each point, (n,) or (..., n); 0 = not dominated
+    ("Non-dominated sorting (maximisation): the front index of every point, for one set or a "
+     "batch of sets.")
     F = np.asarray(F, dtype=float)
-    if F.ndim < 2: raise ValueError(f"F must be (n, M) or (..., n, M), got shape {F.shape}")
+    if F.ndim < 2:
+        raise ValueError(f"F must be (n, M) or (..., n, M), got shape {F.shape}")
     ge = (F[..., :, None, :] >= F[..., None, :, :]).all(-1)
     gt = (F[..., :, None, :] > F[..., None, :, :]).any(-1)
-    dom = ge & gt                                             # dom[..., i, j]: i dominates j
+    dom = ge & gt  # dom[..., i, j]: i dominates j
     ranks, left, r = np.full(F.shape[:-1], -1), np.ones(F.shape[:-1], bool), 0
     while left.any():
-        front = left & ~(dom & left[..., :, None]).any(-2)    # not dominated by any point still unranked
+        # not dominated by any point still unranked
+        front = left & ~(dom & left[..., :, None]).any(-2)
         ranks[front], left, r = r, left & ~front, r + 1
     return ranks
 
-def crowding_distance(F:np.ndarray,     # objective vectors, (n, M)
-                      ranks:np.ndarray, # front index of each point, (n,)
-                     )->np.ndarray:     # crowding distance of each point within its front, (n,); inf at the ends
+
+def crowding_distance(
+    F: np.ndarray,  # objective vectors, (n, M)
+    ranks: np.ndarray,  # front index of each point, (n,)
+) -> np.ndarray:  # crowding distance of each point within its front, (n,); inf at the ends
     "NSGA-II crowding distance, computed front by front."
     F, ranks = np.asarray(F, dtype=float), np.asarray(ranks)
-    if F.ndim != 2 or ranks.shape != (len(F),): raise ValueError(f"F must be (n, M) and ranks (n,); got {F.shape}, {ranks.shape}")
+    if F.ndim != 2 or ranks.shape != (len(F),):
+        raise ValueError(f"F must be (n, M) and ranks (n,); got {F.shape}, {ranks.shape}")
     cd = np.zeros(len(F))
     for r in np.unique(ranks):
         idx = np.flatnonzero(ranks == r)
-        if len(idx) <= 2: cd[idx] = np.inf; continue
+        if len(idx) <= 2:
+            cd[idx] = np.inf
+            continue
         for m in range(F.shape[1]):
             o = idx[np.argsort(F[idx, m], kind="stable")]
             span = F[o[-1], m] - F[o[0], m]
             cd[o[0]] = cd[o[-1]] = np.inf
-            if span > 0: cd[o[1:-1]] += (F[o[2:], m] - F[o[:-2], m])/span
+            if span > 0:
+                cd[o[1:-1]] += (F[o[2:], m] - F[o[:-2], m]) / span
     return cd
 
 # %% ../nbs/06_paretopo.ipynb #pp024
@@ -99,37 +132,55 @@ def group_advantages(scores:np.ndarray, # scores, (..., G): the last axis is one
                     )->np.ndarray:      # advantages A, same shape
     r"GRPO normalisation within each group: $A_i = (s_i - \bar s)/(\mathrm{std}(s) + \epsilon)$."
     s = np.asarray(scores, dtype=float)
-    if s.ndim == 0 or s.shape[-1] < 2: raise ValueError(f"a group needs at least 2 trajectories on the last axis, got shape {s.shape}")
+    if s.ndim == 0 or s.shape[-1] < 2:
+        raise ValueError(
+            f"a group needs at least 2 trajectories on the last axis, got shape {s.shape}"
+        )
     c = s - s.mean(-1, keepdims=True)
-    return c/(np.sqrt((c**2).mean(-1, keepdims=True)) + eps)
+    return c / (np.sqrt((c**2).mean(-1, keepdims=True)) + eps)
 
 # %% ../nbs/06_paretopo.ipynb #pp028
 def _hv0(P:np.ndarray)->float:
     "Hypervolume with the worst corner 0 as reference (2-D sweep, or pymoo for M > 2)."
-    return hypervolume_2d(P, np.zeros(2)) if P.shape[1] == 2 else hypervolume(P, np.zeros(P.shape[1]))
+    return (
+        hypervolume_2d(P, np.zeros(2)) if P.shape[1] == 2 else hypervolume(P, np.zeros(P.shape[1]))
+    )
 
-def _nondominated(P:np.ndarray)->np.ndarray:
+
+def _nondominated(P: np.ndarray) -> np.ndarray:
     "The non-dominated rows of P, duplicates removed."
     P = np.unique(P, axis=0)
     return P[nondominated_ranks(P) == 0]
 
-def _check_simplex(w, n_obj:int)->np.ndarray:
+
+def _check_simplex(w, n_obj: int) -> np.ndarray:
     w = np.asarray(w, dtype=float)
     if w.shape != (n_obj,) or (w < 0).any() or abs(w.sum() - 1) > 1e-9:
-        raise ValueError(f"weights must be {n_obj} non-negative numbers summing to 1 (a point of the simplex), got {w.tolist()}")
+        raise ValueError(
+            f"weights must be {n_obj} non-negative numbers summing to 1 (a point of the simplex), "
+            f"got {w.tolist()}"
+        )
     return w
 
+
 class HVWeightScheduler:
-    "Stage 1 of ParetoPO: weights that follow the hypervolume gradient of an archive of smoothed policy points."
-    def __init__(self, n_obj:int=2,    # number of objectives M
-                 w0:Sequence[float]|None=None, # initial weights on the simplex; None means (1, 0, ...): the first objective only
-                 delta:float=0.05,    # finite-difference step of the HV gradient
-                 rho:float=0.2,       # step of the weight update toward the HV-gradient direction
-                 ema:float=0.9,       # smoothing of the policy's point
-                ):
-        if n_obj < 2: raise ValueError(f"n_obj must be >= 2, got {n_obj}")
-        if not 0 < delta <= 1: raise ValueError(f"delta must be in (0, 1], got {delta}")
-        if not 0 <= rho <= 1 or not 0 <= ema < 1: raise ValueError(f"rho must be in [0, 1] and ema in [0, 1), got {rho}, {ema}")
+    ("Stage 1 of ParetoPO: weights that follow the hypervolume gradient of an archive of smoothed "
+     "policy points.")
+
+    def __init__(
+        self,
+        n_obj: int = 2,  # number of objectives M
+        w0: Sequence[float] | None = None,  # initial weights on the simplex; None: (1, 0, ...)
+        delta: float = 0.05,  # finite-difference step of the HV gradient
+        rho: float = 0.2,  # step of the weight update toward the HV-gradient direction
+        ema: float = 0.9,  # smoothing of the policy's point
+    ):
+        if n_obj < 2:
+            raise ValueError(f"n_obj must be >= 2, got {n_obj}")
+        if not 0 < delta <= 1:
+            raise ValueError(f"delta must be in (0, 1], got {delta}")
+        if not 0 <= rho <= 1 or not 0 <= ema < 1:
+            raise ValueError(f"rho must be in [0, 1] and ema in [0, 1), got {rho}, {ema}")
         self.n_obj, self.delta, self.rho, self.ema = n_obj, delta, rho, ema
         self.w = _check_simplex(np.eye(n_obj)[0] if w0 is None else w0, n_obj).copy()
         self.x_bar, self.archive, self.fallbacks = None, np.zeros((0, n_obj)), 0
@@ -143,115 +194,160 @@ def _hv_gradient(archive:np.ndarray, # non-dominated archive, (n, M), already ho
     base = _hv0(np.vstack([archive, x_bar]))
     g = np.empty(len(x_bar))
     for k in range(len(x_bar)):
-        x_k = np.minimum(x_bar + delta*np.eye(len(x_bar))[k], 1.0)   # never reward values beyond the bound
+        # never reward values beyond the bound
+        x_k = np.minimum(x_bar + delta*np.eye(len(x_bar))[k], 1.0)
         g[k] = (_hv0(np.vstack([archive, x_k])) - base)/delta
     return g
 
 @patch
-def update(self:HVWeightScheduler,
-           batch_points:np.ndarray, # normalised objective vectors of this step's trajectories, (N, M)
-          )->np.ndarray:            # the new weights w_{t+1}, (M,)
-    "One Stage 1 step: smooth the policy point, grow the archive, move the weights toward the HV gradient."
+def update(
+    self: HVWeightScheduler,
+    batch_points: np.ndarray,  # normalised objective vectors of this step's trajectories, (N, M)
+) -> np.ndarray:  # the new weights w_{t+1}, (M,)
+    ("One Stage 1 step: smooth the policy point, grow the archive, move the weights toward the HV "
+     "gradient.")
     X = np.atleast_2d(np.asarray(batch_points, dtype=float))
-    if X.shape[1] != self.n_obj: raise ValueError(f"batch_points must be (N, {self.n_obj}), got {X.shape}")
-    x_t = X.mean(0)                                                   # the policy's point this step
-    self.x_bar = x_t if self.x_bar is None else self.ema*self.x_bar + (1 - self.ema)*x_t
+    if X.shape[1] != self.n_obj:
+        raise ValueError(f"batch_points must be (N, {self.n_obj}), got {X.shape}")
+    x_t = X.mean(0)  # the policy's point this step
+    self.x_bar = x_t if self.x_bar is None else self.ema * self.x_bar + (1 - self.ema) * x_t
     self.archive = _nondominated(np.vstack([self.archive, self.x_bar]))
     g = _hv_gradient(self.archive, self.x_bar, self.delta)
-    if g.sum() <= 0:                                                  # x_bar dominated: push toward the lagging objective
+    # x_bar dominated: push toward the lagging objective
+    if g.sum() <= 0:
         g = np.maximum(0.0, self.archive.max(0) - self.x_bar) + 1e-9
         self.fallbacks += 1
-    self.w = (1 - self.rho)*self.w + self.rho*g/g.sum()
+    self.w = (1 - self.rho) * self.w + self.rho * g / g.sum()
     return self.w.copy()
 
 # %% ../nbs/06_paretopo.ipynb #pp035
-def pareto_rank_scores(Rn:np.ndarray,               # normalised objectives, (G, M) for one group or (B, G, M)
-                       correct:np.ndarray|None=None, # correctness of each trajectory, (G,) or (B, G); needed by the gate
-                       gate:bool=True,               # give incorrect trajectories the worst value of every objective
-                       eta:float=0.0,                # weight of the crowding-distance tie-break, in [0, 1)
-                      )->np.ndarray:                 # scores s, (G,) or (B, G): minus the front index (+ tie-break)
-    r"Stage 2 score within each group: $s_i = -\mathrm{rank}_i + \eta\, cd_i/(1+cd_i)$ on (gated) normalised objectives."
+def pareto_rank_scores(
+    Rn: np.ndarray,  # normalised objectives, (G, M) for one group or (B, G, M)
+    correct: np.ndarray | None = None,  # correctness, (G,) or (B, G); needed by the gate
+    gate: bool = True,  # give incorrect trajectories the worst value of every objective
+    eta: float = 0.0,  # weight of the crowding-distance tie-break, in [0, 1)
+) -> np.ndarray:  # scores s, (G,) or (B, G): minus the front index (+ tie-break)
+    (r"Stage 2 score within each group: $s_i = -\mathrm{rank}_i + \eta\, cd_i/(1+cd_i)$ on "
+     r"(gated) normalised objectives.")
     Rn = np.asarray(Rn, dtype=float)
-    if Rn.ndim not in (2, 3): raise ValueError(f"Rn must be (G, M) or (B, G, M), got shape {Rn.shape}")
-    if not 0 <= eta < 1: raise ValueError(f"eta must be in [0, 1) so the tie-break never reorders fronts, got {eta}")
+    if Rn.ndim not in (2, 3):
+        raise ValueError(f"Rn must be (G, M) or (B, G, M), got shape {Rn.shape}")
+    if not 0 <= eta < 1:
+        raise ValueError(f"eta must be in [0, 1) so the tie-break never reorders fronts, got {eta}")
     one = Rn.ndim == 2
     R3 = Rn[None] if one else Rn
     if gate:
-        if correct is None: raise ValueError("gate=True needs `correct` (one boolean per trajectory); pass gate=False to rank raw objectives")
-        c = np.asarray(correct, dtype=bool).reshape(R3.shape[:2])
-        R3 = np.where(c[..., None], R3, 0.0)                            # incorrect: the worst corner
-    r = nondominated_ranks(R3)                                          # (B, G), all groups at once
+        if correct is None:
+            raise ValueError(
+                "gate=True needs `correct` (one boolean per trajectory); pass gate=False to rank "
+                "raw objectives"
+            )
+        c = np.asarray(correct, dtype=bool)
+        if c.shape != Rn.shape[:-1]:
+            raise ValueError(
+                f"correct must have shape {Rn.shape[:-1]} (one per trajectory), got {c.shape}"
+            )
+        c = c.reshape(R3.shape[:2])
+        # incorrect: the worst corner
+        R3 = np.where(c[..., None], R3, 0.0)
+    r = nondominated_ranks(R3)  # (B, G), all groups at once
     s = -r.astype(float)
     if eta > 0:
         for b, F in enumerate(R3):
             cd = crowding_distance(F, r[b])
-            s[b] += eta*np.where(np.isinf(cd), 1.0, cd/(1 + cd))
+            s[b] += eta * np.where(np.isinf(cd), 1.0, cd / (1 + cd))
     return s[0] if one else s
 
 # %% ../nbs/06_paretopo.ipynb #pp039
 class ToolCallEnv:
-    "Synthetic tool-use task: difficulty d, CALL or ANSWER after k calls, answer correct with p(k,d) = 1-(1-a_d)(1-q_d)^k."
-    def __init__(self, a:Sequence[float]=(0.7, 0.45, 0.25, 0.1),   # accuracy without any call, per difficulty
-                 q:Sequence[float]=(0.35, 0.30, 0.22, 0.15),       # fraction of the remaining error each call removes
-                 k_max:int=6,                                      # most calls per episode
-                 seed:int=0,                                       # seed of `rng`, the default generator of `rollout`
-                ):
+    ("Synthetic tool-use task: difficulty d, CALL or ANSWER after k calls, answer correct with "
+     "p(k,d) = 1-(1-a_d)(1-q_d)^k.")
+
+    def __init__(
+        self,
+        a: Sequence[float] = (0.7, 0.45, 0.25, 0.1),  # accuracy without any call, per difficulty
+        q: Sequence[float] = (0.35, 0.30, 0.22, 0.15),  # share of the remaining error per call
+        k_max: int = 6,  # most calls per episode
+        seed: int = 0,  # seed of `rng`, the default generator of `rollout`
+    ):
         self.a, self.q = np.asarray(a, dtype=float), np.asarray(q, dtype=float)
-        if self.a.ndim != 1 or self.a.shape != self.q.shape: raise ValueError(f"a and q must be (D,) of equal length, got {self.a.shape}, {self.q.shape}")
+        if self.a.ndim != 1 or self.a.shape != self.q.shape:
+            raise ValueError(
+                f"a and q must be (D,) of equal length, got {self.a.shape}, {self.q.shape}"
+            )
         if not ((0 <= self.a) & (self.a < 1)).all() or not ((0 < self.q) & (self.q < 1)).all():
             raise ValueError("every a_d must be in [0, 1) and every q_d in (0, 1)")
-        if int(k_max) != k_max or k_max < 1: raise ValueError(f"k_max must be a positive integer, got {k_max}")
+        if int(k_max) != k_max or k_max < 1:
+            raise ValueError(f"k_max must be a positive integer, got {k_max}")
         self.D, self.k_max, self.rng = len(self.a), int(k_max), np.random.default_rng(seed)
         k = np.arange(self.k_max + 1)
-        self.P = 1 - (1 - self.a[:, None])*(1 - self.q[:, None])**k   # p(k, d), (D, K_max+1)
+        self.P = 1 - (1 - self.a[:, None]) * (1 - self.q[:, None]) ** k  # p(k, d), (D, K_max+1)
 
     @classmethod
-    def large(cls, D:int=8, k_max:int=8, seed:int=0):
-        "The full scale's bigger environment: a and q spread evenly between the easiest and hardest defaults."
+    def large(cls, D: int = 8, k_max: int = 8, seed: int = 0):
+        ("The full scale's bigger environment: a and q spread evenly between the easiest and "
+         "hardest defaults.")
         return cls(np.linspace(0.75, 0.05, D), np.linspace(0.38, 0.12, D), k_max, seed)
 
-    def __repr__(self): return f"ToolCallEnv(D={self.D}, k_max={self.k_max})"
+    def __repr__(self):
+        return f"ToolCallEnv(D={self.D}, k_max={self.k_max})"
 
 # %% ../nbs/06_paretopo.ipynb #pp040
 def _sigmoid(x): return 1/(1 + np.exp(-x))
 
 def _check_theta(env, theta):
     theta = np.asarray(theta, dtype=float)
-    if theta.shape != (env.D, env.k_max): raise ValueError(f"theta must be the (D, k_max) = {(env.D, env.k_max)} table of CALL logits, got {theta.shape}")
+    if theta.shape != (env.D, env.k_max):
+        raise ValueError(
+            f"theta must be the (D, k_max) = {(env.D, env.k_max)} table of CALL logits, got "
+            f"{theta.shape}"
+        )
     return theta
 
+
 @patch
-def rollout(self:ToolCallEnv,
-            theta:np.ndarray,          # CALL logits, (D, k_max)
-            d:np.ndarray,              # difficulty of each episode, (N,)
-            rng:np.random.Generator|None=None, # None: the environment's own generator
-           )->tuple:                   # (calls (N,) int, correct (N,) bool)
+def rollout(
+    self: ToolCallEnv,
+    theta: np.ndarray,  # CALL logits, (D, k_max)
+    d: np.ndarray,  # difficulty of each episode, (N,)
+    rng: np.random.Generator | None = None,  # None: the environment's own generator
+) -> tuple:  # (calls (N,) int, correct (N,) bool)
     "Play N episodes at once: each calls while its coin says CALL, then answers."
     theta, d, rng = _check_theta(self, theta), np.asarray(d), rng or self.rng
-    u = rng.random((len(d), self.k_max))                          # one coin per possible call
-    call = u < _sigmoid(theta[d])                                  # (N, k_max): would call at step k
-    n = np.cumprod(call, axis=1).sum(1)                            # calls made: the first ANSWER stops
+    if d.ndim != 1 or (d.size and (d.min() < 0 or d.max() >= self.D)):
+        raise ValueError(
+            f"d must be a 1-d array of difficulties in 0..{self.D - 1}, got shape {d.shape}"
+        )
+    u = rng.random((len(d), self.k_max))  # one coin per possible call
+    # (N, k_max): would call at step k
+    call = u < _sigmoid(theta[d])
+    # calls made: the first ANSWER stops
+    n = np.cumprod(call, axis=1).sum(1)
     correct = rng.random(len(d)) < self.P[d, n]
     return n, correct
 
-@patch
-def call_distribution(self:ToolCallEnv, theta:np.ndarray)->np.ndarray:
-    "P(n = k | d) of the number of calls, (D, k_max+1), by the product formula."
-    c = _sigmoid(_check_theta(self, theta))                        # P(CALL | d, k)
-    reach = np.concatenate([np.ones((self.D, 1)), np.cumprod(c, 1)], 1)   # P(at least k calls)
-    return reach*np.concatenate([1 - c, np.ones((self.D, 1))], 1)
 
 @patch
-def exact_eval(self:ToolCallEnv, theta:np.ndarray)->tuple:
+def call_distribution(self: ToolCallEnv, theta: np.ndarray) -> np.ndarray:
+    "P(n = k | d) of the number of calls, (D, k_max+1), by the product formula."
+    c = _sigmoid(_check_theta(self, theta))  # P(CALL | d, k)
+    reach = np.concatenate([np.ones((self.D, 1)), np.cumprod(c, 1)], 1)  # P(at least k calls)
+    return reach * np.concatenate([1 - c, np.ones((self.D, 1))], 1)
+
+
+@patch
+def exact_eval(self: ToolCallEnv, theta: np.ndarray) -> tuple:
     "Exact (accuracy, mean calls) of the policy over uniform difficulties."
     pn = self.call_distribution(theta)
-    return float((pn*self.P).sum(1).mean()), float((pn*np.arange(self.k_max + 1)).sum(1).mean())
+    return float((pn * self.P).sum(1).mean()), float((pn * np.arange(self.k_max + 1)).sum(1).mean())
 
 # %% ../nbs/06_paretopo.ipynb #pp047
 def true_front(env:ToolCallEnv)->np.ndarray:
-    "The exact (accuracy, mean calls) front of `env`, (n, 2), sorted by calls, by a knapsack over difficulties."
+    ("The exact (accuracy, mean calls) front of `env`, (n, 2), sorted by calls, by a knapsack "
+     "over difficulties.")
     D, K = env.D, env.k_max
-    best = np.full(D*K + 1, -np.inf); best[0] = 0.0                   # best total accuracy with C calls in all
+    # best total accuracy with C calls in all
+    best = np.full(D*K + 1, -np.inf); best[0] = 0.0
     for d in range(D):
         new = np.full_like(best, -np.inf)
         for k in range(K + 1):
@@ -265,63 +361,91 @@ def _upper_hull(F:np.ndarray)->np.ndarray:
     "Upper concave envelope of points (calls, acc) sorted by calls."
     h = []
     for p in F:
-        while len(h) >= 2 and (h[-1][0] - h[-2][0])*(p[1] - h[-2][1]) - (h[-1][1] - h[-2][1])*(p[0] - h[-2][0]) >= 0: h.pop()
+        while (
+            len(h) >= 2
+            and (h[-1][0] - h[-2][0]) * (p[1] - h[-2][1])
+            - (h[-1][1] - h[-2][1]) * (p[0] - h[-2][0])
+            >= 0
+        ):
+            h.pop()
         h.append(p)
     return np.array(h)
 
-def front_distance(acc:float, calls:float, # a policy's point
-                   front:np.ndarray,        # from `true_front`, (n, 2) of (accuracy, calls)
-                   k_max:int,               # the environment's K_max, to normalise calls
-                  )->float:                 # Euclidean distance in the (accuracy, 1 - calls/k_max) plane
-    "Distance from a point to the piecewise-linear (convexified) true front, in normalised objective space."
-    hull = _upper_hull(np.c_[front[:, 1]/k_max, front[:, 0]])          # (calls/K, acc), concave envelope
-    p, best = np.array([calls/k_max, acc]), np.inf
+
+def front_distance(
+    acc: float,
+    calls: float,  # a policy's point
+    front: np.ndarray,  # from `true_front`, (n, 2) of (accuracy, calls)
+    k_max: int,  # the environment's K_max, to normalise calls
+) -> float:  # Euclidean distance in the (accuracy, 1 - calls/k_max) plane
+    ("Distance from a point to the piecewise-linear (convexified) true front, in normalised "
+     "objective space.")
+    # (calls/K, acc), concave envelope
+    hull = _upper_hull(np.c_[front[:, 1] / k_max, front[:, 0]])
+    p, best = np.array([calls / k_max, acc]), np.inf
     for u, v in zip(hull[:-1], hull[1:]):
-        t = np.clip(np.dot(p - u, v - u)/np.dot(v - u, v - u), 0, 1)
-        best = min(best, float(np.linalg.norm(p - (u + t*(v - u)))))
+        t = np.clip(np.dot(p - u, v - u) / np.dot(v - u, v - u), 0, 1)
+        best = min(best, float(np.linalg.norm(p - (u + t * (v - u)))))
     return best if len(hull) > 1 else float(np.linalg.norm(p - hull[0]))
 
-def front_best_hv(front:np.ndarray, k_max:int, n_grid:int=2001)->float:
+
+def front_best_hv(front: np.ndarray, k_max: int, n_grid: int = 2001) -> float:
     "Largest HV = acc (1 - calls/k_max) over the convexified front (a fine grid on each segment)."
-    hull = _upper_hull(np.c_[front[:, 1]/k_max, front[:, 0]])
+    hull = _upper_hull(np.c_[front[:, 1] / k_max, front[:, 0]])
     t = np.linspace(0, 1, n_grid)[:, None]
-    seg = [u + t*(v - u) for u, v in zip(hull[:-1], hull[1:])] or [hull]
+    seg = [u + t * (v - u) for u, v in zip(hull[:-1], hull[1:])] or [hull]
     pts = np.vstack(seg)
-    return float((pts[:, 1]*(1 - pts[:, 0])).max())
+    return float((pts[:, 1] * (1 - pts[:, 0])).max())
 
 # %% ../nbs/06_paretopo.ipynb #pp052
 METHODS = ("acc_only", "static", "otc", "stage1_only", "stage2_only", "paretopo")
 
 def check_method(method:str)->str:
     "Raise a clear error for an unknown method name."
-    if method not in METHODS: raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
     return method
 
-def in_stage1(method:str, t:int, steps:int, switch_frac:float=0.5)->bool:
-    "True when step `t` (0-based) of `steps` uses the Stage 1 weights."
-    return method == "stage1_only" or (method == "paretopo" and t < switch_frac*steps)
 
-def method_scores(method:str,          # one of METHODS
-                  correct:np.ndarray,  # R_acc of each trajectory, (B, G) bool
-                  calls:np.ndarray,    # tool calls of each trajectory, (B, G)
-                  k_max:int,           # most calls: the bound of the efficiency objective
-                  stage1:bool=False,   # paretopo: this step is in Stage 1
-                  w_static:float=0.1,  # weight w of `static` and `otc`
-                  eff_scale:float=1.0, # c in R_eff = -c * calls
-                  sched:HVWeightScheduler|None=None, # Stage 1 weights (`stage1_only`, `paretopo`)
-                  gate:bool=True,      # Stage 2 correctness gate
-                  eta:float=0.0,       # Stage 2 crowding tie-break
-                 )->np.ndarray:        # scores s, (B, G)
+def in_stage1(method: str, t: int, steps: int, switch_frac: float = 0.5) -> bool:
+    "True when step `t` (0-based) of `steps` uses the Stage 1 weights."
+    return method == "stage1_only" or (method == "paretopo" and t < switch_frac * steps)
+
+
+def method_scores(
+    method: str,  # one of METHODS
+    correct: np.ndarray,  # R_acc of each trajectory, (B, G) bool
+    calls: np.ndarray,  # tool calls of each trajectory, (B, G)
+    k_max: int,  # most calls: the bound of the efficiency objective
+    stage1: bool = False,  # paretopo: this step is in Stage 1
+    w_static: float = 0.1,  # weight w of `static` and `otc`
+    eff_scale: float = 1.0,  # c in R_eff = -c * calls
+    sched: HVWeightScheduler | None = None,  # Stage 1 weights (`stage1_only`, `paretopo`)
+    gate: bool = True,  # Stage 2 correctness gate
+    eta: float = 0.0,  # Stage 2 crowding tie-break
+) -> np.ndarray:  # scores s, (B, G)
     "Per-trajectory scores of one GRPO step for `method` (see the table above)."
     check_method(method)
-    if eff_scale <= 0: raise ValueError(f"eff_scale must be > 0, got {eff_scale}")
-    r_acc, r_eff = np.asarray(correct, dtype=float), -eff_scale*np.asarray(calls, dtype=float)
-    if method == "acc_only": return r_acc
-    if method == "static": return r_acc + w_static*r_eff
-    if method == "otc": return r_acc + w_static*r_eff*r_acc
-    Rn = normalize_objectives(np.stack([r_acc, r_eff], -1), [0.0, -eff_scale*k_max], [1.0, 0.0])   # (B, G, 2)
+    if eff_scale <= 0:
+        raise ValueError(f"eff_scale must be > 0, got {eff_scale}")
+    if np.shape(correct) != np.shape(calls) or np.ndim(correct) != 2:
+        raise ValueError(
+            f"correct and calls must both be (B, G), got {np.shape(correct)} and {np.shape(calls)}"
+        )
+    if not k_max >= 1:
+        raise ValueError(f"k_max must be >= 1 (the most calls per episode), got {k_max}")
+    r_acc, r_eff = np.asarray(correct, dtype=float), -eff_scale * np.asarray(calls, dtype=float)
+    if method == "acc_only":
+        return r_acc
+    if method == "static":
+        return r_acc + w_static * r_eff
+    if method == "otc":
+        return r_acc + w_static * r_eff * r_acc
+    # (B, G, 2)
+    Rn = normalize_objectives(np.stack([r_acc, r_eff], -1), [0.0, -eff_scale * k_max], [1.0, 0.0])
     if method == "stage1_only" or (method == "paretopo" and stage1):
-        if sched is None: raise ValueError(f"{method} in Stage 1 needs an HVWeightScheduler")
+        if sched is None:
+            raise ValueError(f"{method} in Stage 1 needs an HVWeightScheduler")
         return Rn @ sched.w
     return pareto_rank_scores(Rn, correct, gate=gate, eta=eta)
 
@@ -337,32 +461,61 @@ def logprob_grad(theta:np.ndarray, # CALL logits, (D, K)
     j = np.arange(K)
     g = (j < n[:, None])*(1 - c) - (j == n[:, None])*c                # d log pi / d theta[d, j]
     out = np.zeros((D, K))
-    np.add.at(out, d, A[:, None]*g)                                   # sequential sums: thread-count independent
+    # sequential sums: thread-count independent
+    np.add.at(out, d, A[:, None]*g)
     return out/len(d)
 
 class _Adam:
     "Adam ascent on a NumPy array (the tabular policy)."
     def __init__(self, shape, lr, b1=0.9, b2=0.999, eps=1e-8):
-        self.m, self.v, self.t, self.lr, self.b1, self.b2, self.eps = np.zeros(shape), np.zeros(shape), 0, lr, b1, b2, eps
+        self.m, self.v, self.t, self.lr, self.b1, self.b2, self.eps = (
+            np.zeros(shape),
+            np.zeros(shape),
+            0,
+            lr,
+            b1,
+            b2,
+            eps,
+        )
+
     def step(self, x, g):
         self.t += 1
-        self.m = self.b1*self.m + (1 - self.b1)*g; self.v = self.b2*self.v + (1 - self.b2)*g*g
-        mh, vh = self.m/(1 - self.b1**self.t), self.v/(1 - self.b2**self.t)
-        return x + self.lr*mh/(np.sqrt(vh) + self.eps)
+        self.m = self.b1 * self.m + (1 - self.b1) * g
+        self.v = self.b2 * self.v + (1 - self.b2) * g * g
+        mh, vh = self.m / (1 - self.b1**self.t), self.v / (1 - self.b2**self.t)
+        return x + self.lr * mh / (np.sqrt(vh) + self.eps)
+
 
 class MLPPolicy(nn.Module):
-    "CALL logits for every (d, k) from one-hot inputs; the output layer starts at zero (P(CALL) = 1/2)."
-    def __init__(self, D:int, K:int, hidden:int=32, seed:int=0):
+    ("CALL logits for every (d, k) from one-hot inputs; the output layer starts at zero (P(CALL) "
+     "= 1/2).")
+
+    def __init__(self, D: int, K: int, hidden: int = 32, seed: int = 0):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.l1, self.l2 = nn.Linear(D + K, hidden).double(), nn.Linear(hidden, 1).double()
         with torch.no_grad():
-            self.l1.weight.copy_(torch.randn(hidden, D + K, generator=g, dtype=torch.float64)/math.sqrt(2))
-            self.l1.bias.zero_(); self.l2.weight.zero_(); self.l2.bias.zero_()
+            self.l1.weight.copy_(
+                torch.randn(hidden, D + K, generator=g, dtype=torch.float64) / math.sqrt(2)
+            )
+            self.l1.bias.zero_()
+            self.l2.weight.zero_()
+            self.l2.bias.zero_()
         dd, kk = torch.meshgrid(torch.arange(D), torch.arange(K), indexing="ij")
-        self.register_buffer("x", torch.cat([nn.functional.one_hot(dd.reshape(-1), D), nn.functional.one_hot(kk.reshape(-1), K)], 1).double())
+        self.register_buffer(
+            "x",
+            torch.cat(
+                [
+                    nn.functional.one_hot(dd.reshape(-1), D),
+                    nn.functional.one_hot(kk.reshape(-1), K),
+                ],
+                1,
+            ).double(),
+        )
         self.D, self.K = D, K
-    def forward(self)->torch.Tensor: return self.l2(torch.tanh(self.l1(self.x))).reshape(self.D, self.K)
+
+    def forward(self) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(self.x))).reshape(self.D, self.K)
 
 # %% ../nbs/06_paretopo.ipynb #pp060
 def train_tabular(method:str,              # one of METHODS
@@ -382,250 +535,485 @@ def train_tabular(method:str,              # one of METHODS
                   hidden:int=32,           # MLP width
                   lr_mlp:float=0.01,       # MLP Adam step
                  )->dict:                  # theta, acc, calls, hv, curves and weights per step
-    "Train a CALL/ANSWER policy on `env` by GRPO with the score rule of `method`; exact evaluation every step."
+    ("Train a CALL/ANSWER policy on `env` by GRPO with the score rule of `method`; exact "
+     "evaluation every step.")
     check_method(method)
-    if policy not in ("tabular", "mlp"): raise ValueError(f"policy must be 'tabular' or 'mlp', got {policy!r}")
-    if steps < 1 or B < 1: raise ValueError(f"steps and B must be >= 1, got {steps}, {B}")
-    if G < 2: raise ValueError(f"a GRPO group needs G >= 2 rollouts per task, got G={G}")
-    if not 0 <= switch_frac <= 1: raise ValueError(f"switch_frac must be in [0, 1], got {switch_frac}")
+    if policy not in ("tabular", "mlp"):
+        raise ValueError(f"policy must be 'tabular' or 'mlp', got {policy!r}")
+    if steps < 1 or B < 1:
+        raise ValueError(f"steps and B must be >= 1, got {steps}, {B}")
+    if G < 2:
+        raise ValueError(f"a GRPO group needs G >= 2 rollouts per task, got G={G}")
+    if policy == "mlp" and hidden < 1:
+        raise ValueError(f"the MLP needs hidden >= 1 units, got hidden={hidden}")
+    if not 0 <= switch_frac <= 1:
+        raise ValueError(f"switch_frac must be in [0, 1], got {switch_frac}")
     rng = np.random.default_rng(seed)
-    sched = HVWeightScheduler(2, delta=delta, rho=rho, ema=ema) if method in ("stage1_only", "paretopo") else None
+    sched = (
+        HVWeightScheduler(2, delta=delta, rho=rho, ema=ema)
+        if method in ("stage1_only", "paretopo")
+        else None
+    )
     if policy == "tabular":
         theta, opt = np.zeros((env.D, env.k_max)), _Adam((env.D, env.k_max), lr)
     else:
         net = MLPPolicy(env.D, env.k_max, hidden, seed)
         topt = torch.optim.Adam(net.parameters(), lr=lr_mlp)
-        with torch.no_grad(): theta = net().numpy().copy()
+        with torch.no_grad():
+            theta = net().numpy().copy()
     acc_c, calls_c, w_c = np.empty(steps + 1), np.empty(steps + 1), np.full((steps, 2), np.nan)
     acc_c[0], calls_c[0] = env.exact_eval(theta)
     for t in range(steps):
-        d = np.repeat(rng.integers(0, env.D, B), G)                 # B tasks, G rollouts each
+        d = np.repeat(rng.integers(0, env.D, B), G)  # B tasks, G rollouts each
         n, correct = env.rollout(theta, d, rng)
         s1 = in_stage1(method, t, steps, switch_frac)
-        if s1: w_c[t] = sched.w
-        s = method_scores(method, correct.reshape(B, G), n.reshape(B, G), env.k_max, stage1=s1, w_static=w,
-                          eff_scale=eff_scale, sched=sched, gate=gate, eta=eta)
+        if s1:
+            w_c[t] = sched.w
+        s = method_scores(
+            method,
+            correct.reshape(B, G),
+            n.reshape(B, G),
+            env.k_max,
+            stage1=s1,
+            w_static=w,
+            eff_scale=eff_scale,
+            sched=sched,
+            gate=gate,
+            eta=eta,
+        )
         A = group_advantages(s).reshape(-1)
         g = logprob_grad(theta, d, n, A)
-        if policy == "tabular": theta = opt.step(theta, g)
+        if policy == "tabular":
+            theta = opt.step(theta, g)
         else:
-            topt.zero_grad(); net().backward(-torch.from_numpy(g)); topt.step()   # ascent through the MLP
-            with torch.no_grad(): theta = net().numpy().copy()
-        if s1:                                                      # Stage 1: move the weights after the step
-            sched.update(normalize_objectives(np.c_[correct, -eff_scale*n], [0.0, -eff_scale*env.k_max], [1.0, 0.0]))
+            # ascent through the MLP
+            topt.zero_grad()
+            net().backward(-torch.from_numpy(g))
+            topt.step()
+            with torch.no_grad():
+                theta = net().numpy().copy()
+        # Stage 1: move the weights after the step
+        if s1:
+            sched.update(
+                normalize_objectives(
+                    np.c_[correct, -eff_scale * n], [0.0, -eff_scale * env.k_max], [1.0, 0.0]
+                )
+            )
         acc_c[t + 1], calls_c[t + 1] = env.exact_eval(theta)
-    hv_c = acc_c*(1 - calls_c/env.k_max)
-    return dict(method=method, theta=theta, acc=float(acc_c[-1]), calls=float(calls_c[-1]), hv=float(hv_c[-1]),
-                acc_curve=acc_c, calls_curve=calls_c, hv_curve=hv_c, weights=w_c,
-                fallbacks=sched.fallbacks if sched else 0, archive=sched.archive if sched else None)
+    hv_c = acc_c * (1 - calls_c / env.k_max)
+    return dict(
+        method=method,
+        theta=theta,
+        acc=float(acc_c[-1]),
+        calls=float(calls_c[-1]),
+        hv=float(hv_c[-1]),
+        acc_curve=acc_c,
+        calls_curve=calls_c,
+        hv_curve=hv_c,
+        weights=w_c,
+        fallbacks=sched.fallbacks if sched else 0,
+        archive=sched.archive if sched else None,
+    )
 
 # %% ../nbs/06_paretopo.ipynb #pp063
 def static_optimum(env:ToolCallEnv, w:float)->tuple:
-    "Exact (accuracy, calls) of the policy maximising acc - w * calls: call while the next call adds more than w."
-    n = ((np.diff(env.P, axis=1) > w).cumprod(1)).sum(1)             # calls per difficulty (gains shrink with k)
+    ("Exact (accuracy, calls) of the policy maximising acc - w * calls: call while the next call "
+     "adds more than w.")
+    # calls per difficulty (gains shrink with k)
+    n = ((np.diff(env.P, axis=1) > w).cumprod(1)).sum(1)
     return float(env.P[np.arange(env.D), n].mean()), float(n.mean())
 
 # %% ../nbs/06_paretopo.ipynb #pp066
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
 
-def safe_eval(expr:str,        # an arithmetic expression such as "17*23-45"
-              max_len:int=200, # longer expressions are refused
-             )->float:         # its value
-    "Evaluate + - * / on numbers (and parentheses, unary minus) through Python's AST; anything else raises ValueError."
-    if not isinstance(expr, str) or len(expr) > max_len: raise ValueError(f"expression must be a string of at most {max_len} characters")
+
+def safe_eval(
+    expr: str,  # an arithmetic expression such as "17*23-45"
+    max_len: int = 200,  # longer expressions are refused
+) -> float:  # its value
+    ("Evaluate + - * / on numbers (and parentheses, unary minus) through Python's AST; anything "
+     "else raises ValueError.")
+    if not isinstance(expr, str) or len(expr) > max_len:
+        raise ValueError(f"expression must be a string of at most {max_len} characters")
     expr = expr.replace("×", "*").replace("÷", "/").replace(",", "").strip()
-    try: tree = ast.parse(expr, mode="eval")
-    except SyntaxError as e: raise ValueError(f"not an arithmetic expression: {expr!r}") from e
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"not an arithmetic expression: {expr!r}") from e
+
     def ev(n):
-        if isinstance(n, ast.Expression): return ev(n.body)
-        if isinstance(n, ast.Constant) and type(n.value) in (int, float): return n.value
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)): return -ev(n.operand) if isinstance(n.op, ast.USub) else ev(n.operand)
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and type(n.value) in (int, float):
+            return n.value
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            return -ev(n.operand) if isinstance(n.op, ast.USub) else ev(n.operand)
         if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
             a, b = ev(n.left), ev(n.right)
-            if isinstance(n.op, ast.Div) and b == 0: raise ValueError("division by zero")
+            if isinstance(n.op, ast.Div) and b == 0:
+                raise ValueError("division by zero")
             v = _OPS[type(n.op)](a, b)
-            if abs(v) > 1e12: raise ValueError("value too large")
+            if abs(v) > 1e12:
+                raise ValueError("value too large")
             return v
         raise ValueError(f"{type(n).__name__} is not allowed: only numbers and + - * /")
+
     return float(ev(tree))
 
+
 _TEMPLATES = (
-    ("A crate holds {a} boxes of {b} pens. {c} pens are sold. How many pens are left?", lambda a, b, c: a*b - c),
-    ("A farmer has {a} rows of {b} trees and plants {c} more trees. How many trees are there now?", lambda a, b, c: a*b + c),
-    ("Tom has {c} dollars and buys {a} books at {b} dollars each. How many dollars does he have left?", lambda a, b, c: c - a*b),
-    ("A bus carries {a} people on each of {b} trips, and {c} more people walk. How many people travel in total?", lambda a, b, c: a*b + c),
+    (
+        "A crate holds {a} boxes of {b} pens. {c} pens are sold. How many pens are left?",
+        lambda a, b, c: a * b - c,
+    ),
+    (
+        "A farmer has {a} rows of {b} trees and plants {c} more trees. How many trees are there "
+        "now?",
+        lambda a, b, c: a * b + c,
+    ),
+    (
+        "Tom has {c} dollars and buys {a} books at {b} dollars each. How many dollars does he "
+        "have left?",
+        lambda a, b, c: c - a * b,
+    ),
+    (
+        "A bus carries {a} people on each of {b} trips, and {c} more people walk. How many people "
+        "travel in total?",
+        lambda a, b, c: a * b + c,
+    ),
 )
 
-def make_word_problems(n:int,      # number of problems
-                       seed:int=0, # generator seed
-                      )->list:     # dicts with "question" and "answer" (an int)
+
+def make_word_problems(
+    n: int,  # number of problems
+    seed: int = 0,  # generator seed
+) -> list:  # dicts with "question" and "answer" (an int)
     "Arithmetic word problems with two-digit numbers; the answer is computed in code."
-    if n < 1: raise ValueError(f"n must be >= 1, got {n}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
     rng, out = np.random.default_rng(seed), []
     for _ in range(n):
-        i = int(rng.integers(len(_TEMPLATES))); a, b = (int(x) for x in rng.integers(11, 50, 2)); c = int(rng.integers(10, 99))
-        if i == 2: c += a*b                                          # enough money to pay
+        i = int(rng.integers(len(_TEMPLATES)))
+        a, b = (int(x) for x in rng.integers(11, 50, 2))
+        c = int(rng.integers(10, 99))
+        if i == 2:
+            c += a * b  # enough money to pay
         text, f = _TEMPLATES[i]
         out.append(dict(question=text.format(a=a, b=b, c=c), answer=int(f(a, b, c))))
     return out
 
+
 _ANSWER = re.compile(r"Answer:\s*\$?\s*(-?[\d,]*\.?\d+)")
 
-def parse_answer(text:str)->float|None:
+
+def parse_answer(text: str) -> float | None:
     "The number after the first 'Answer:' in `text`, or None."
     m = _ANSWER.search(text)
-    try: return float(m.group(1).replace(",", "")) if m else None
-    except ValueError: return None
+    try:
+        return float(m.group(1).replace(",", "")) if m else None
+    except ValueError:
+        return None
 
 # %% ../nbs/06_paretopo.ipynb #pp070
-SYSTEM = ("You solve math word problems. You can use a calculator: write <calc>expression</calc> and the result comes "
-          "back as <result>value</result>. Finish with a line 'Answer: <number>'.")
-EXAMPLE = ("Example:\nQuestion: A shelf has 12 rows of 15 books and 7 books are removed. How many books are left?\n"
-           "<calc>12*15-7</calc>\n<result>173</result>\nAnswer: 173\n\n")
+SYSTEM = (
+    "You solve math word problems. You can use a calculator: write <calc>expression</calc> and "
+    "the result comes "
+    "back as <result>value</result>. Finish with a line 'Answer: <number>'."
+)
+EXAMPLE = (
+    "Example:\nQuestion: A shelf has 12 rows of 15 books and 7 books are removed. How many books "
+    "are left?\n"
+    "<calc>12*15-7</calc>\n<result>173</result>\nAnswer: 173\n\n"
+)
 
-def _fmt(v:float)->str: return str(int(v)) if float(v).is_integer() else f"{v:.6g}"
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:.6g}"
+
 
 class _StopOnCalc:
-    "Per-sequence stop once the last tokens spell `</calc>` (transformers' `stop_strings` precomputes tables over the whole vocabulary: too slow on CPU)."
-    def __init__(self, tok): self.tok = tok
+    ("Per-sequence stop once the last tokens spell `</calc>` (transformers' `stop_strings` "
+     "precomputes tables over the whole vocabulary: too slow on CPU).")
+
+    def __init__(self, tok):
+        self.tok = tok
+
     def __call__(self, input_ids, scores, **kw):
         tails = self.tok.batch_decode(input_ids[:, -4:])
         return torch.tensor(["</calc>" in t for t in tails], device=input_ids.device)
 
+
 @torch.no_grad()
-def agent_rollouts(model, tok,                # a causal LM and its tokenizer (`load_causal_lm`)
-                   questions:Sequence[str],   # one question per episode
-                   k_max:int=3,               # most calculator calls
-                   max_new_tokens:int=64,     # tokens per turn
-                   do_sample:bool=True,       # sample (training) or greedy (evaluation)
-                   temperature:float=1.0,
-                   batch_size:int=64,         # episodes per generate call
-                  )->list:                    # per episode: prompt ids, generated ids, loss mask, calls, text, answer
-    "Play calculator episodes: generate, run each `<calc>` through `safe_eval`, append `<result>`, repeat."
+def agent_rollouts(
+    model,
+    tok,  # a causal LM and its tokenizer (`load_causal_lm`)
+    questions: Sequence[str],  # one question per episode
+    k_max: int = 3,  # most calculator calls
+    max_new_tokens: int = 64,  # tokens per turn
+    do_sample: bool = True,  # sample (training) or greedy (evaluation)
+    temperature: float = 1.0,
+    batch_size: int = 64,  # episodes per generate call
+) -> list:  # per episode: prompt ids, generated ids, loss mask, calls, text, answer
+    ("Play calculator episodes: generate, run each `<calc>` through `safe_eval`, append "
+     "`<result>`, repeat.")
     from maspob_etal.models import chat_prompt
+
     dev = next(model.parameters()).device
-    eps = [dict(prompt=tok(chat_prompt(tok, EXAMPLE + "Question: " + q, SYSTEM), add_special_tokens=False)["input_ids"],
-                gen=[], mask=[], calls=0, done=False, text="") for q in questions]
+    eps = [
+        dict(
+            prompt=tok(
+                chat_prompt(tok, EXAMPLE + "Question: " + q, SYSTEM), add_special_tokens=False
+            )["input_ids"],
+            gen=[],
+            mask=[],
+            calls=0,
+            done=False,
+            text="",
+        )
+        for q in questions
+    ]
     eos = {tok.eos_token_id, tok.pad_token_id}
-    kw = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, pad_token_id=tok.pad_token_id, stopping_criteria=[_StopOnCalc(tok)])
-    kw |= dict(temperature=temperature, top_p=1.0, top_k=0) if do_sample else dict(temperature=None, top_p=None, top_k=None)
+    kw = dict(
+        max_new_tokens=max_new_tokens,
+        do_sample=do_sample,
+        pad_token_id=tok.pad_token_id,
+        stopping_criteria=[_StopOnCalc(tok)],
+    )
+    kw |= (
+        dict(temperature=temperature, top_p=1.0, top_k=0)
+        if do_sample
+        else dict(temperature=None, top_p=None, top_k=None)
+    )
     for _turn in range(k_max + 1):
         live = [e for e in eps if not e["done"]]
         for i0 in range(0, len(live), batch_size):
-            chunk = live[i0:i0 + batch_size]
+            chunk = live[i0 : i0 + batch_size]
             seqs = [e["prompt"] + e["gen"] for e in chunk]
             T = max(map(len, seqs))
-            ids = torch.tensor([[tok.pad_token_id]*(T - len(s)) + s for s in seqs], device=dev)
-            att = torch.tensor([[0]*(T - len(s)) + [1]*len(s) for s in seqs], device=dev)
+            ids = torch.tensor([[tok.pad_token_id] * (T - len(s)) + s for s in seqs], device=dev)
+            att = torch.tensor([[0] * (T - len(s)) + [1] * len(s) for s in seqs], device=dev)
             new = model.generate(input_ids=ids, attention_mask=att, **kw)[:, T:].tolist()
             for e, toks in zip(chunk, new):
                 cut = []
-                for t in toks:                                       # keep up to the end of turn or of the first </calc>
+                # keep up to the end of turn or of the first </calc>
+                for t in toks:
                     cut.append(t)
-                    if t in eos: break
-                    if t != tok.pad_token_id and "</calc>" in tok.decode(cut[-8:]): break
+                    if t in eos:
+                        break
+                    if t != tok.pad_token_id and "</calc>" in tok.decode(cut[-8:]):
+                        break
                 cut = [t for t in cut if t != tok.pad_token_id] or cut[:1]
                 piece = tok.decode(cut, skip_special_tokens=True)
-                e["gen"] += cut; e["mask"] += [1]*len(cut); e["text"] += piece
+                e["gen"] += cut
+                e["mask"] += [1] * len(cut)
+                e["text"] += piece
                 m = re.search(r"<calc>(.*?)</calc>\s*$", piece, re.S)
                 if m and "Answer:" not in piece and e["calls"] < k_max:
-                    try: res = _fmt(safe_eval(m.group(1)))
-                    except ValueError: res = "error"
+                    try:
+                        res = _fmt(safe_eval(m.group(1)))
+                    except ValueError:
+                        res = "error"
                     tool = tok(f"\n<result>{res}</result>\n", add_special_tokens=False)["input_ids"]
-                    e["gen"] += tool; e["mask"] += [0]*len(tool); e["text"] += f"\n<result>{res}</result>\n"; e["calls"] += 1
-                else: e["done"] = True
-    for e in eps: e["answer"] = parse_answer(e["text"])
+                    e["gen"] += tool
+                    e["mask"] += [0] * len(tool)
+                    e["text"] += f"\n<result>{res}</result>\n"
+                    e["calls"] += 1
+                else:
+                    e["done"] = True
+    for e in eps:
+        e["answer"] = parse_answer(e["text"])
     return eps
 
 # %% ../nbs/06_paretopo.ipynb #pp073
 def _token_logps(model, eps:list, dev)->tuple:
-    "Log-probabilities of each episode's generated tokens, (N, T) padded, with the loss mask (N, T)."
+    ("Log-probabilities of each episode's generated tokens, (N, T) padded, with the loss mask (N, "
+     "T).")
     seqs = [e["prompt"] + e["gen"] for e in eps]
     T = max(map(len, seqs))
-    ids = torch.zeros(len(seqs), T, dtype=torch.long); att = torch.zeros_like(ids); lm = torch.zeros(len(seqs), T)
+    ids = torch.zeros(len(seqs), T, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    lm = torch.zeros(len(seqs), T)
     for i, (e, s) in enumerate(zip(eps, seqs)):
-        ids[i, :len(s)] = torch.tensor(s); att[i, :len(s)] = 1
-        lm[i, len(e["prompt"]):len(s)] = torch.tensor(e["mask"], dtype=torch.float)
+        ids[i, : len(s)] = torch.tensor(s)
+        att[i, : len(s)] = 1
+        lm[i, len(e["prompt"]) : len(s)] = torch.tensor(e["mask"], dtype=torch.float)
     logits = model(input_ids=ids.to(dev), attention_mask=att.to(dev)).logits[:, :-1].float()
-    lp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None].to(dev))[..., 0]   # log p(token t+1 | <= t)
+    # log p(token t+1 | <= t)
+    lp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None].to(dev))[..., 0]
     return lp, lm[:, 1:].to(dev)
 
-def grpo_loss(model, eps:list,       # episodes from `agent_rollouts`
-              A:np.ndarray,          # advantage of each episode, (N,)
-              beta:float=0.01,       # KL weight
-              clip:float=0.2,        # PPO clip
-             )->torch.Tensor:
-    "GRPO loss (one on-policy step): clipped surrogate on generated tokens plus beta times the k3 KL to the adapter-free model."
+
+def grpo_loss(
+    model,
+    eps: list,  # episodes from `agent_rollouts`
+    A: np.ndarray,  # advantage of each episode, (N,)
+    beta: float = 0.01,  # KL weight
+    clip: float = 0.2,  # PPO clip
+) -> torch.Tensor:
+    ("GRPO loss (one on-policy step): clipped surrogate on generated tokens plus beta times the "
+     "k3 KL to the adapter-free model.")
     dev = next(model.parameters()).device
     lp, lm = _token_logps(model, eps, dev)
     with torch.no_grad():
         if hasattr(model, "disable_adapter"):
-            with model.disable_adapter(): lp_ref, _ = _token_logps(model, eps, dev)
-        else: lp_ref = lp.detach()
+            with model.disable_adapter():
+                lp_ref, _ = _token_logps(model, eps, dev)
+        else:
+            lp_ref = lp.detach()
     A_t = torch.as_tensor(A, dtype=torch.float32, device=dev)[:, None]
-    ratio = torch.exp(lp - lp.detach())                                # 1 at the single on-policy step
-    surr = torch.minimum(ratio*A_t, ratio.clamp(1 - clip, 1 + clip)*A_t)
+    # 1 at the single on-policy step
+    ratio = torch.exp(lp - lp.detach())
+    surr = torch.minimum(ratio * A_t, ratio.clamp(1 - clip, 1 + clip) * A_t)
     kl = torch.exp(lp_ref - lp) - (lp_ref - lp) - 1
-    per_tok = (surr - beta*kl)*lm
-    return -(per_tok.sum(1)/lm.sum(1).clamp(min=1)).mean()
+    per_tok = (surr - beta * kl) * lm
+    return -(per_tok.sum(1) / lm.sum(1).clamp(min=1)).mean()
 
 # %% ../nbs/06_paretopo.ipynb #pp074
-def train_llm_grpo(method:str,                 # "paretopo", "static", or any of METHODS
-                   llm_path:str|None=None,     # model folder or .gguf; None means SmolLM2-135M-Instruct
-                   steps:int=25,               # GRPO steps planned
-                   G:int=8, B:int=16,          # rollouts per problem, problems per step
-                   time_budget_s:float=420,    # hard stop of the training loop, seconds
-                   lora:bool=True,             # LoRA adapter (r 16) instead of full fine-tuning
-                   device:str="cuda",
-                   lr:float|None=None,         # None: 1e-4 with LoRA, 1e-5 without
-                   k_max:int=3, max_new_tokens:int=96, w:float=0.1, switch_frac:float=0.5, gate:bool=True,
-                   beta:float=0.01, n_train:int=512, seed:int=0,
-                   test:list|None=None,        # problems to evaluate on after training (greedy); None: none
-                   model=None, tok=None,       # an already loaded model and tokenizer (copied, never changed); None: load `llm_path`
-                  )->dict:                     # steps done, per-step curves, per-item test results
-    "Train a calculator agent by GRPO with the score rule of `method`; stops at `steps` or `time_budget_s`."
+def train_llm_grpo(
+    method: str,  # "paretopo", "static", or any of METHODS
+    model_path: str | None = None,  # model folder or .gguf; None means SmolLM2-135M-Instruct
+    steps: int = 25,  # GRPO steps planned
+    G: int = 8,  # rollouts per problem
+    B: int = 16,  # problems per step
+    time_budget_s: float = 420,  # hard stop of the training loop, seconds
+    lora: bool = True,  # LoRA adapter (r 16) instead of full fine-tuning
+    device: str = "cuda",  # where the model trains
+    lr: float | None = None,  # None: 1e-4 with LoRA, 1e-5 without
+    k_max: int = 3,  # most calculator calls per episode
+    max_new_tokens: int = 96,  # tokens per turn
+    w: float = 0.1,  # weight of `static` and `otc`
+    switch_frac: float = 0.5,  # paretopo: share of the steps (and of the budget) in Stage 1
+    gate: bool = True,  # Stage 2 correctness gate
+    beta: float = 0.01,  # KL coefficient
+    n_train: int = 512,  # training problems drawn from
+    seed: int = 0,  # seeds the training problems, the sampling and the LoRA weights
+    test: list | None = None,  # problems to evaluate on after training (greedy); None: none
+    model=None,  # an already loaded model (copied, never changed); None: load `model_path`
+    tok=None,  # the tokenizer of `model`
+) -> dict:  # steps done, per-step curves, per-item test results
+    ("Train a calculator agent by GRPO with the score rule of `method`; stops at `steps` or "
+     "`time_budget_s`.")
     from maspob_etal.models import load_causal_lm
+
     check_method(method)
-    if G < 2: raise ValueError(f"a GRPO group needs G >= 2 rollouts per problem, got G={G}")
+    if G < 2:
+        raise ValueError(f"a GRPO group needs G >= 2 rollouts per problem, got G={G}")
     t0 = time.perf_counter()
     seed_everything(seed)
-    if model is None: model, tok = load_causal_lm(llm_path, device=device)
+    if model is None:
+        model, tok = load_causal_lm(model_path, device=device)
     else:
         import copy
-        if tok is None: raise ValueError("pass the tokenizer `tok` together with `model`")
+
+        if tok is None:
+            raise ValueError("pass the tokenizer `tok` together with `model`")
         model = copy.deepcopy(model).to(device)
     if lora:
         from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr or (1e-4 if lora else 1e-5), weight_decay=0.0)
+
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=16,
+                lora_alpha=32,
+                lora_dropout=0.0,
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            ),
+        )
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=lr or (1e-4 if lora else 1e-5),
+        weight_decay=0.0,
+    )
     train, rng = make_word_problems(n_train, seed=seed + 12345), np.random.default_rng(seed)
     sched = HVWeightScheduler(2) if method in ("stage1_only", "paretopo") else None
     curve, t_train = [], time.perf_counter()
     for t in progress(range(steps), desc=f"GRPO {method}", leave=False):
-        if time.perf_counter() - t_train > time_budget_s: break
-        s1 = method == "stage1_only" or (method == "paretopo" and t < switch_frac*steps and time.perf_counter() - t_train < switch_frac*time_budget_s)
+        if time.perf_counter() - t_train > time_budget_s:
+            break
+        s1 = method == "stage1_only" or (
+            method == "paretopo"
+            and t < switch_frac * steps
+            and time.perf_counter() - t_train < switch_frac * time_budget_s
+        )
         probs = [train[i] for i in rng.integers(0, len(train), B)]
         model.eval()
-        eps = agent_rollouts(model, tok, [p["question"] for p in probs for _ in range(G)], k_max, max_new_tokens, do_sample=True)
-        correct = np.array([e["answer"] is not None and abs(e["answer"] - p["answer"]) < 1e-6 for e, p in zip(eps, [p for p in probs for _ in range(G)])])
+        eps = agent_rollouts(
+            model,
+            tok,
+            [p["question"] for p in probs for _ in range(G)],
+            k_max,
+            max_new_tokens,
+            do_sample=True,
+        )
+        correct = np.array(
+            [
+                e["answer"] is not None and abs(e["answer"] - p["answer"]) < 1e-6
+                for e, p in zip(eps, [p for p in probs for _ in range(G)])
+            ]
+        )
         calls = np.array([e["calls"] for e in eps])
-        s = method_scores(method, correct.reshape(B, G), calls.reshape(B, G), k_max, stage1=s1, w_static=w, sched=sched, gate=gate)
+        s = method_scores(
+            method,
+            correct.reshape(B, G),
+            calls.reshape(B, G),
+            k_max,
+            stage1=s1,
+            w_static=w,
+            sched=sched,
+            gate=gate,
+        )
         A = group_advantages(s).reshape(-1)
-        model.train(); opt.zero_grad()
+        model.train()
+        opt.zero_grad()
         loss = grpo_loss(model, eps, A, beta)
-        loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step()
-        if s1: sched.update(normalize_objectives(np.c_[correct, -calls], [0.0, -k_max], [1.0, 0.0]))
-        curve.append(dict(step=t + 1, acc=float(correct.mean()), calls=float(calls.mean()), stage=1 if s1 else 2,
-                          w_acc=float(sched.w[0]) if sched else None, loss=loss.item(), seconds=time.perf_counter() - t0))
-    out = dict(method=method, steps_done=len(curve), curve=curve, train_seconds=time.perf_counter() - t_train)
-    if test is not None: out |= evaluate_agent(model, tok, test, k_max, max_new_tokens)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if s1:
+            sched.update(normalize_objectives(np.c_[correct, -calls], [0.0, -k_max], [1.0, 0.0]))
+        curve.append(
+            dict(
+                step=t + 1,
+                acc=float(correct.mean()),
+                calls=float(calls.mean()),
+                stage=1 if s1 else 2,
+                w_acc=float(sched.w[0]) if sched else None,
+                loss=loss.item(),
+                seconds=time.perf_counter() - t0,
+            )
+        )
+    out = dict(
+        method=method,
+        steps_done=len(curve),
+        curve=curve,
+        train_seconds=time.perf_counter() - t_train,
+    )
+    if test is not None:
+        out |= evaluate_agent(model, tok, test, k_max, max_new_tokens)
     return out
 
-def evaluate_agent(model, tok, problems:list, k_max:int=3, max_new_tokens:int=96)->dict:
+
+def evaluate_agent(model, tok, problems: list, k_max: int = 3, max_new_tokens: int = 96) -> dict:
     "Greedy test episodes: per-item correctness and calls, their means, and one example transcript."
     model.eval()
-    eps = agent_rollouts(model, tok, [p["question"] for p in problems], k_max, max_new_tokens, do_sample=False)
-    correct = [float(e["answer"] is not None and abs(e["answer"] - p["answer"]) < 1e-6) for e, p in zip(eps, problems)]
+    eps = agent_rollouts(
+        model, tok, [p["question"] for p in problems], k_max, max_new_tokens, do_sample=False
+    )
+    correct = [
+        float(e["answer"] is not None and abs(e["answer"] - p["answer"]) < 1e-6)
+        for e, p in zip(eps, problems)
+    ]
     calls = [float(e["calls"]) for e in eps]
-    return dict(test_correct=correct, test_calls=calls, test_acc=float(np.mean(correct)), test_mean_calls=float(np.mean(calls)),
-                example=eps[0]["text"])
+    return dict(
+        test_correct=correct,
+        test_calls=calls,
+        test_acc=float(np.mean(correct)),
+        test_mean_calls=float(np.mean(calls)),
+        example=eps[0]["text"],
+    )

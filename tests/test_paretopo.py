@@ -109,8 +109,9 @@ def test_whole_tabular_run_scale_invariant():
     env = ToolCallEnv()
     r1, r10 = train_tabular("paretopo", env, steps=150, seed=3), train_tabular("paretopo", env, steps=150, seed=3, eff_scale=10.0)
     np.testing.assert_allclose(r1["theta"], r10["theta"], atol=1e-9)
-    s1, s10 = (train_tabular("static", env, steps=300, seed=3, w=0.1, eff_scale=c) for c in (1.0, 10.0))
-    assert abs(s1["acc"] - s10["acc"]) > 0.1                                            # the static baseline moves
+    moved = [abs(s1["acc"] - s10["acc"]) for s1, s10 in
+             ((train_tabular("static", env, steps=300, seed=sd, w=0.1, eff_scale=c) for c in (1.0, 10.0)) for sd in (3, 4, 5))]
+    assert np.median(moved) > 0.1                     # the static baseline moves (seeds 3-5 measured 0.22, 0.14, 0.20)
 
 
 # ---- GRPO --------------------------------------------------------------------------------------------------------
@@ -167,8 +168,10 @@ def test_static_optimum_analytic_and_training():
         a, c = static_optimum(env, w)
         assert a - w*c == pytest.approx(max(obj))
     a, c = static_optimum(env, 0.1)
-    r = train_tabular("static", env, steps=1000, seed=1, w=0.1)
-    assert 0 <= (a - 0.1*c) - (r["acc"] - 0.1*r["calls"]) < 0.03
+    gaps = [(a - 0.1*c) - (r["acc"] - 0.1*r["calls"]) for r in (train_tabular("static", env, steps=1000, seed=sd, w=0.1)
+                                                             for sd in (1, 2, 3))]
+    assert min(gaps) >= 0                               # nothing beats the analytic optimum
+    assert np.median(gaps) < 0.04                       # seeds 1-3 measured 0.017, 0.018, 0.005
 
 
 # ---- scores and bad input ---------------------------------------------------------------------------------------
@@ -189,6 +192,17 @@ def test_bad_input():
     with pytest.raises(ValueError, match="theta"): env.exact_eval(np.zeros((3, 6)))
     with pytest.raises(ValueError, match="hi > lo"): normalize_objectives(np.zeros((2, 2)), [0, 0], [1, 0])
     with pytest.raises(ValueError, match="policy"): train_tabular("paretopo", env, policy="rnn")
+
+
+def test_bad_shapes_and_sizes():
+    env, rng = ToolCallEnv(), np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"correct must have shape \(4,\)"):
+        pareto_rank_scores(np.ones((4, 2)), np.ones(3, bool))
+    with pytest.raises(ValueError, match=r"correct and calls must both be \(B, G\)"):
+        method_scores("static", np.ones((2, 4), bool), np.ones((2, 3)), 6)
+    with pytest.raises(ValueError, match="k_max must be >= 1"): method_scores("paretopo", np.ones((2, 4), bool), np.ones((2, 4)), 0)
+    with pytest.raises(ValueError, match=r"difficulties in 0\.\.3"): env.rollout(np.zeros((4, 6)), np.array([0, 5]), rng)
+    with pytest.raises(ValueError, match="hidden >= 1"): train_tabular("paretopo", env, steps=1, policy="mlp", hidden=0)
 
 
 def test_llm_tools():
