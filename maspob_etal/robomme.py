@@ -47,7 +47,8 @@ G = 8  # the table is G x G cells
 
 def check_task(task:str)->str:
     "`task` if it is one of the 16 task names, else a ValueError listing them."
-    if task not in SUITE_OF: raise ValueError(f"unknown task {task!r}; the 16 tasks are {TASK_LIST}")
+    if task not in SUITE_OF:
+        raise ValueError(f"unknown task {task!r}; the 16 tasks are {TASK_LIST}")
     return task
 
 def split_seeds(split:str)->list[int]:
@@ -81,17 +82,20 @@ class Scene:
     held: str|None = None                          # colour (or "peg") of the held item
     pressed: bool = False                          # a button lit (only ever shown in videos)
     def copy(self, **kw)->Scene:
-        s = Scene(dict(self.cubes), set(self.targets), set(self.bins), set(self.buttons), set(self.containers),
-                  set(self.highlight), set(self.sticks), dict(self.pegs), set(self.slots), set(self.lanes),
+        s = Scene(dict(self.cubes), set(self.targets), set(self.bins), set(self.buttons),
+                  set(self.containers),
+                  set(self.highlight), set(self.sticks), dict(self.pegs), set(self.slots),
+                  set(self.lanes),
                   self.cursor, self.held, self.pressed)
         for k, v in kw.items(): setattr(s, k, v)
         return s
     def occupied(self)->set:
         "Cells where an action can have an effect."
-        return (set(self.cubes) | self.targets | self.bins | self.buttons | self.containers | self.sticks
-                | set(self.pegs) | self.slots | self.lanes)
+        return (set(self.cubes) | self.targets | self.bins | self.buttons | self.containers
+                | self.sticks | set(self.pegs) | self.slots | self.lanes)
 
-BG, TARGET, BIN, BUTTON, LIT, CONT, STICK, SLOT, LANE = ((225, 225, 225), (0, 130, 0), (120, 80, 40), (60, 60, 60),
+BG, TARGET, BIN, BUTTON, LIT, CONT, STICK, SLOT, LANE = ((225, 225, 225), (0, 130, 0),
+                                                         (120, 80, 40), (60, 60, 60),
     (255, 60, 60), (120, 120, 120), (20, 20, 20), (30, 30, 120), (185, 205, 255))
 PEG = {"head": (160, 100, 50), "tail": (210, 170, 120)}
 
@@ -111,21 +115,24 @@ def render(scene:Scene, px:int=4)->np.ndarray:
     for c in scene.sticks: img[c//G, c%G][q, q] = STICK
     for c, k in scene.pegs.items(): img[c//G, c%G][q, :] = PEG[k]
     for c, col in scene.cubes.items():
-        if c not in scene.bins: img[c//G, c%G][q, q] = COLOURS[col]          # cubes in the bin are invisible
+        if c not in scene.bins:
+            img[c//G, c%G][q, q] = COLOURS[col]  # cubes in the bin are invisible
     for c in scene.containers: img[c//G, c%G] = CONT
     r, cc = divmod(scene.cursor, G)
-    if scene.held is not None: img[r, cc][q, q] = PEG["head"] if scene.held == "peg" else COLOURS[scene.held]
+    if scene.held is not None:
+        img[r, cc][q, q] = PEG["head"] if scene.held == "peg" else COLOURS[scene.held]
     img[r, cc][0, 0] = (0, 0, 0)                                  # the gripper mark
     return img.transpose(0, 2, 1, 3, 4).reshape(G*px, G*px, 3)
 
 # %% ../nbs/18_robomme.ipynb #2f6e6ba2
 @dataclass
 class Script:
-    "One episode as the oracle plays it: the conditioning video, then a scene before each oracle action."
+    ("One episode as the oracle plays it: the conditioning video, then a scene before each oracle "
+     "action.")
     task: str; seed: int
     goal: list                     # task_goal paraphrases
     video: list                    # Scenes of the conditioning video
-    scenes: list                   # scene before each action, then the final scene (len(actions) + 1)
+    scenes: list  # scene before each action, then the final scene (len(actions) + 1)
     actions: list                  # oracle actions (verb, cell)
     simple: list                   # simple subgoal before each action
     grounded: list                 # grounded subgoal (with the cell) before each action
@@ -136,13 +143,22 @@ class Script:
 
 class _B:
     "Builder: film video frames and record oracle steps."
-    def __init__(self, scene): self.s, self.video, self.scenes, self.actions, self.simple, self.grounded = scene, [], [], [], [], []
+    def __init__(self, scene):
+        self.s = scene
+        self.video = []
+        self.scenes = []
+        self.actions = []
+        self.simple = []
+        self.grounded = []
     def film(self, scene=None): self.video.append((scene or self.s).copy())
     def act(self, verb, cell, sg, new):
-        self.scenes.append(self.s.copy()); self.actions.append((verb, int(cell))); self.simple.append(sg)
+        self.scenes.append(self.s.copy())
+        self.actions.append((verb, int(cell)))
+        self.simple.append(sg)
         self.grounded.append(f"{sg} at {int(cell)//G} {int(cell)%G}"); self.s = new
     def done(self, task, seed, goal, answer=None, strict=False):
-        return Script(task, seed, goal, self.video, self.scenes + [self.s.copy()], self.actions, self.simple, self.grounded, answer, strict)
+        return Script(task, seed, goal, self.video, self.scenes + [self.s.copy()], self.actions,
+                      self.simple, self.grounded, answer, strict)
 
 def _pick(s, c, keep=False):
     "Scene after picking the item at `c` (cube, or container when `keep` is 'container')."
@@ -159,7 +175,8 @@ def _cells(rng, k, avoid=()):
 def _cols(rng, k): return [str(c) for c in rng.choice(list(COLOURS), k, replace=False)]
 def _num(n): return ["zero", "one", "two", "three", "four", "five", "six"][n]
 def _swap_frames(b, items, a, c, free):
-    "Film (or act out with waits) the swap of the items at cells a and c through a free cell, one move per frame."
+    ("Film (or act out with waits) the swap of the items at cells a and c through a free cell, one "
+     "move per frame.")
     for src, dst in ((a, free), (c, a), (free, c)):
         s = b.s.copy(); items_of = getattr(s, items)
         if isinstance(items_of, dict): items_of[dst] = items_of.pop(src)
@@ -177,20 +194,25 @@ def _binfill(rng, d):
     for c in cols:
         for _ in range(want[c]):
             src = min(k for k, v in b.s.cubes.items() if v == c)
-            b.act("pick", src, f"pick up a {c} cube", _pick(b.s, src)); b.act("place", binc, "put the cube in the bin", _place(b.s, binc))
+            b.act("pick", src, f"pick up a {c} cube", _pick(b.s, src))
+            b.act("place", binc, "put the cube in the bin", _place(b.s, binc))
     b.act("press", btn, "press the button", b.s.copy(cursor=btn))
     spec = " and ".join(f"{_num(want[c])} {c} cubes" for c in cols)
-    return b, [f"put {spec} into the bin then press the button", f"fill the bin with {spec} and press the button"], want
+    return b, [f"put {spec} into the bin then press the button",
+               f"fill the bin with {spec} and press the button"], want
 
 def _pickx(rng, d):
     n = int(rng.integers(*[(1, 4), (1, 4), (3, 5)][d])); cols = _cols(rng, [1, 3, 3][d])
     cells = _cells(rng, len(cols) + 1); tgt, btn = cells[0], cells[1]
-    s = Scene(cubes={tgt: cols[0], **{c: k for c, k in zip(cells[2:], cols[1:])}}, targets={tgt}, buttons={btn})
+    s = Scene(cubes={tgt: cols[0], **{c: k for c, k in zip(cells[2:], cols[1:])}}, targets={tgt},
+              buttons={btn})
     b = _B(s); b.film()
     for _ in range(n):
-        b.act("pick", tgt, f"pick up the {cols[0]} cube", _pick(b.s, tgt)); b.act("place", tgt, "put it down on the target", _place(b.s, tgt))
+        b.act("pick", tgt, f"pick up the {cols[0]} cube", _pick(b.s, tgt))
+        b.act("place", tgt, "put it down on the target", _place(b.s, tgt))
     b.act("press", btn, "press the button", b.s.copy(cursor=btn))
-    return b, [f"pick up the {cols[0]} cube and put it down on the target {_num(n)} times then press the button",
+    return b, [f"pick up the {cols[0]} cube and put it down on the target {_num(n)} times then "
+               "press the button",
                f"repeat picking the {cols[0]} cube {_num(n)} times and press the button"], n
 
 def _swingx(rng, d):
@@ -201,10 +223,14 @@ def _swingx(rng, d):
     s = Scene(cubes={home: cols[0], **dict(zip(others, cols[1:]))}, targets={L, R}, buttons={btn})
     b = _B(s); b.film(); b.act("pick", home, f"pick up the {cols[0]} cube", _pick(b.s, home))
     for _ in range(n):
-        b.act("move", R, "swing to the right target", b.s.copy(cursor=R)); b.act("move", L, "swing to the left target", b.s.copy(cursor=L))
-    b.act("place", home, "put the cube down", _place(b.s, home)); b.act("press", btn, "press the button", b.s.copy(cursor=btn))
-    return b, [f"swing the {cols[0]} cube from the right target to the left target {_num(n)} times then put it down and press the button",
-               f"move the {cols[0]} cube between the targets {_num(n)} times and press the button"], n
+        b.act("move", R, "swing to the right target", b.s.copy(cursor=R))
+        b.act("move", L, "swing to the left target", b.s.copy(cursor=L))
+    b.act("place", home, "put the cube down", _place(b.s, home))
+    b.act("press", btn, "press the button", b.s.copy(cursor=btn))
+    return b, [f"swing the {cols[0]} cube from the right target to the left target {_num(n)} "
+               "times then put it down and press the button",
+               f"move the {cols[0]} cube between the targets {_num(n)} times and press the "
+               "button"], n
 
 def _stopcube(rng, d):
     P = [4, 6, 8][d]; k = int(rng.integers(*[(2, 3), (2, 4), (3, 5)][d])); L = P//2
@@ -215,8 +241,10 @@ def _stopcube(rng, d):
     while True:
         visits += pos(t) == tgt
         if visits == k: b.act("press", btn, "press the button now", b.s.copy(cursor=btn)); break
-        b.act("wait", 0, "wait for the cube", Scene(cubes={pos(t + 1): "red"}, targets={tgt}, buttons={btn})); t += 1
-    return b, [f"press the button when the cube reaches the target for the {['', 'first', 'second', 'third', 'fourth', 'fifth'][k]} time",
+        b.act("wait", 0, "wait for the cube",
+              Scene(cubes={pos(t + 1): "red"}, targets={tgt}, buttons={btn})); t += 1
+    return b, ["press the button when the cube reaches the target for the "
+               f"{['', 'first', 'second', 'third', 'fourth', 'fifth'][k]} time",
                f"stop the cube on its visit number {_num(k)} to the target"], k
 
 # %% ../nbs/18_robomme.ipynb #28b88d37
@@ -226,7 +254,7 @@ def _unmask(rng, d, video:bool, swaps:bool):
     nswap = [1, int(rng.integers(1, 3)), int(rng.integers(2, 4))][d] if swaps else 0
     cols = _cols(rng, n); cells = _cells(rng, n + 1); btn = cells[-1] if not video else None
     s = Scene(cubes=dict(zip(cells[:n], cols)), buttons={btn} if btn is not None else set())
-    b = _B(s); b.film(); where = dict(zip(cols, cells[:n]))                # colour -> cell of its container
+    b = _B(s); b.film(); where = dict(zip(cols, cells[:n]))  # colour -> cell of its container
     def cover(sc): return sc.copy(containers=set(cells[:n]))
     def do_swaps():
         for _ in range(nswap):
@@ -243,30 +271,40 @@ def _unmask(rng, d, video:bool, swaps:bool):
             b.act("press", btn, "press the button again", b.s.copy())
             for fr in do_swaps(): b.act("wait", 0, "watch the containers", fr)
     goal_cols = [str(c) for c in rng.choice(cols, npick, replace=False)]
-    hidden = {where[c]: c for c in cols}                                   # the cubes moved with their containers
+    hidden = {where[c]: c for c in cols}  # the cubes moved with their containers
     b.s = b.s.copy(cubes=hidden)
     for c in goal_cols:
         n_ = b.s.copy(cursor=where[c]); n_.containers.discard(where[c])
         b.act("pick", where[c], f"lift the container hiding the {c} cube", n_)
     g = " and the ".join(goal_cols)
-    return b, [f"lift the container that hides the {g} cube", f"find the {g} cube under the containers"], [where[c] for c in goal_cols]
+    return b, [f"lift the container that hides the {g} cube",
+               f"find the {g} cube under the containers"], [where[c] for c in goal_cols]
 
 def _pickhighlight(rng, d):
     n, h = [3, 4, 5][d], [1, 2, 3][d]
-    cells = _cells(rng, n + 1); btn = cells[-1]; cols = [str(c) for c in rng.choice(list(COLOURS), n)]
-    s = Scene(cubes=dict(zip(cells[:n], cols)), buttons={btn}); hl = sorted(int(c) for c in rng.choice(cells[:n], h, replace=False))
+    cells = _cells(rng, n + 1)
+    btn = cells[-1]
+    cols = [str(c) for c in rng.choice(list(COLOURS), n)]
+    s = Scene(cubes=dict(zip(cells[:n], cols)), buttons={btn})
+    hl = sorted(int(c) for c in rng.choice(cells[:n], h, replace=False))
     b = _B(s); b.film()
     b.act("press", btn, "press the button", s.copy(cursor=btn, highlight=set(hl)))
-    b.act("wait", 0, "watch the highlight", b.s.copy()); b.act("wait", 0, "watch the highlight", b.s.copy(highlight=set()))
+    b.act("wait", 0, "watch the highlight", b.s.copy())
+    b.act("wait", 0, "watch the highlight", b.s.copy(highlight=set()))
     for c in hl:
         n_ = b.s.copy(cursor=c); n_.cubes.pop(c); b.act("pick", c, "pick up a highlighted cube", n_)
-    return b, ["press the button then pick up the highlighted cubes", "pick up every cube that lights up after the button press"], hl
+    return b, ["press the button then pick up the highlighted cubes",
+               "pick up every cube that lights up after the button press"], hl
 
 def _videorepick(rng, d):
     cells = _cells(rng, 4); btn = cells[3]; col = _cols(rng, 1)[0]
     nswap, n = [1, int(rng.integers(1, 3)), 2][d], [1, int(rng.integers(1, 3)), 2][d]
     b = _B(Scene(cubes={c: col for c in cells[:3]}, buttons={btn})); b.film()
-    star = int(rng.choice(cells[:3])); b.s = _pick(b.s, star); b.film(); b.s = _place(b.s, star); b.film()
+    star = int(rng.choice(cells[:3]))
+    b.s = _pick(b.s, star)
+    b.film()
+    b.s = _place(b.s, star)
+    b.film()
     for _ in range(nswap):
         a, c = (int(x) for x in rng.choice(sorted(b.s.cubes), 2, replace=False))
         free = _cells(rng, 1, avoid=b.s.occupied() | {b.s.cursor})[0]
@@ -274,67 +312,94 @@ def _videorepick(rng, d):
         star = c if star == a else a if star == c else star
     b.s = b.s.copy(cursor=0)
     for _ in range(n):
-        b.act("pick", star, f"pick up the {col} cube from the video", _pick(b.s, star)); b.act("place", star, "put it back down", _place(b.s, star))
+        b.act("pick", star, f"pick up the {col} cube from the video", _pick(b.s, star))
+        b.act("place", star, "put it back down", _place(b.s, star))
     b.act("press", btn, "press the button", b.s.copy(cursor=btn))
-    return b, [f"pick up the {col} cube that was picked in the video {_num(n)} times then press the button",
-               f"repick the same {col} cube as in the video {_num(n)} times and press the button"], star
+    return b, [f"pick up the {col} cube that was picked in the video {_num(n)} times then press "
+               "the button",
+               f"repick the same {col} cube as in the video {_num(n)} times and press the "
+               "button"], star
 
 def _videoplace(rng, d, order:bool):
-    nt = 4 if order else [3, 4, 4][d]; cols = _cols(rng, [1, 3, 3][d]); cells = _cells(rng, nt + len(cols) + 1)
+    nt = 4 if order else [3, 4, 4][d]
+    cols = _cols(rng, [1, 3, 3][d])
+    cells = _cells(rng, nt + len(cols) + 1)
     tg, btn, others = cells[:nt], cells[nt], cells[nt + 1:]
     home = others[0]; seq = [int(x) for x in rng.permutation(tg)]
-    b = _B(Scene(cubes={home: cols[0], **dict(zip(others[1:], cols[1:]))}, targets=set(tg), buttons={btn})); b.film()
-    j = int(rng.integers(0, nt - 1)); cur = home                     # the press comes after placement j
+    b = _B(Scene(cubes={home: cols[0], **dict(zip(others[1:], cols[1:]))}, targets=set(tg),
+                 buttons={btn})); b.film()
+    j = int(rng.integers(0, nt - 1)); cur = home  # the press comes after placement j
     for i, t in enumerate(seq):
         b.s = _pick(b.s, cur); b.film(); b.s = _place(b.s, t); b.film(); cur = t
         if i == j and not order:
-            b.s = b.s.copy(cursor=btn, pressed=True); b.film(); b.s = b.s.copy(pressed=False); b.film()
+            b.s = b.s.copy(cursor=btn, pressed=True)
+            b.film()
+            b.s = b.s.copy(pressed=False)
+            b.film()
     if order:
         k = int(rng.integers(0, nt)); ans = seq[k]
-        goal = [f"put the {cols[0]} cube on the {['first', 'second', 'third', 'fourth'][k]} target it was placed on in the video",
+        goal = [f"put the {cols[0]} cube on the {['first', 'second', 'third', 'fourth'][k]} "
+                "target it was placed on in the video",
                 f"place the {cols[0]} cube where it went at step {_num(k + 1)} of the video"]
     else:
         after = bool(rng.integers(0, 2)); ans = seq[j + after]
-        goal = [f"put the {cols[0]} cube on the target where it was right {'after' if after else 'before'} the button press",
-                f"place the {cols[0]} cube where it sat {'after' if after else 'before'} the button was pressed in the video"]
+        goal = [f"put the {cols[0]} cube on the target where it was right "
+                f"{'after' if after else 'before'} the button press",
+                f"place the {cols[0]} cube where it sat {'after' if after else 'before'} the "
+                "button was pressed in the video"]
     b.s = b.s.copy(cursor=0)
-    b.act("pick", cur, f"pick up the {cols[0]} cube", _pick(b.s, cur)); b.act("place", ans, "put it on the remembered target", _place(b.s, ans))
+    b.act("pick", cur, f"pick up the {cols[0]} cube", _pick(b.s, cur))
+    b.act("place", ans, "put it on the remembered target", _place(b.s, ans))
     return b, goal, ans
 
 # %% ../nbs/18_robomme.ipynb #a8971f15
 def _movecube(rng, d):
-    m = int(rng.integers(0, 3)); dist = [2, 3, 4][d]                 # manner: 0 peg push, 1 gripper push, 2 grasp
-    r, c0 = int(rng.integers(0, G)), int(rng.integers(1, G - dist)); a, g = r*G + c0, r*G + c0 + dist
+    m = int(rng.integers(0, 3)); dist = [2, 3, 4][d]  # manner: 0 peg push, 1 gripper push, 2 grasp
+    r, c0 = int(rng.integers(0, G)), int(rng.integers(1, G - dist))
+    a, g = r*G + c0, r*G + c0 + dist
     p = _cells(rng, 1, avoid={r*G + i for i in range(G)})[0]
     s0 = Scene(cubes={a: "blue"}, targets={g}, pegs={p: "head"}); b = _B(s0); b.film()
-    for i in range(1, dist + 1):                                       # the cube travels one cell per frame
+    for i in range(1, dist + 1):  # the cube travels one cell per frame
         cube, cur = a + i, a + i - 1
         if m == 2: b.s = Scene(targets={g}, pegs={p: "head"}, cursor=a + i, held="blue")
-        else: b.s = Scene(cubes={cube: "blue"}, targets={g}, pegs={} if m == 0 else {p: "head"}, cursor=cur, held="peg" if m == 0 else None)
+        else: b.s = Scene(cubes={cube: "blue"}, targets={g}, pegs={} if m == 0 else {p: "head"},
+                          cursor=cur, held="peg" if m == 0 else None)
         b.film()
-    b.s = s0.copy(cubes={g: "blue"}); b.film(); b.s = s0.copy(); b.film()   # done, then the table is reset
+    b.s = s0.copy(cubes={g: "blue"})
+    b.film()
+    b.s = s0.copy()
+    b.film()  # done, then the table is reset
     if m == 0:
         b.act("pick", p, "pick up the peg", s0.copy(pegs={}, cursor=p, held="peg"))
-        b.act("push_peg", g, "push the cube with the peg", s0.copy(pegs={}, cubes={g: "blue"}, cursor=g, held="peg"))
+        b.act("push_peg", g, "push the cube with the peg",
+              s0.copy(pegs={}, cubes={g: "blue"}, cursor=g, held="peg"))
         b.act("place", p, "put the peg back", s0.copy(cubes={g: "blue"}, cursor=p))
-    elif m == 1: b.act("push_gripper", g, "push the cube with the gripper", s0.copy(cubes={g: "blue"}, cursor=g))
+    elif m == 1: b.act("push_gripper", g, "push the cube with the gripper",
+                       s0.copy(cubes={g: "blue"}, cursor=g))
     else:
-        b.act("pick", a, "pick up the cube", _pick(s0, a)); b.act("place", g, "put it on the target", _place(b.s, g))
-    return b, ["move the cube to the target the same way as in the video", "copy how the video moves the cube onto the target"], m
+        b.act("pick", a, "pick up the cube", _pick(s0, a))
+        b.act("place", g, "put it on the target", _place(b.s, g))
+    return b, ["move the cube to the target the same way as in the video",
+               "copy how the video moves the cube onto the target"], m
 
 def _insertpeg(rng, d):
     rows = [int(x) for x in rng.choice(G - 1, 3, replace=False)]; c0 = int(rng.integers(0, 3))
     pegs = {}
     for r in rows: pegs[r*G + c0], pegs[r*G + c0 + 1] = "head", "tail"
-    sl, sr = G*G - 2, G*G - 1                                          # the box: left and right slots, bottom-right
+    sl, sr = G*G - 2, G*G - 1  # the box: left and right slots, bottom-right
     s0 = Scene(pegs=pegs, slots={sl, sr}); b = _B(s0); b.film()
     i, e, side = int(rng.integers(0, 3)), int(rng.integers(0, 2)), int(rng.integers(0, 2))
     cell, slot = rows[i]*G + c0 + e, [sl, sr][side]
     rest = {k: v for k, v in pegs.items() if k // G != rows[i]}
     b.s = Scene(pegs=rest, slots={sl, sr}, cursor=cell, held="peg"); b.film()
-    b.s = Scene(pegs={**rest, slot: "head"}, slots={sl, sr}, cursor=slot); b.film(); b.s = s0.copy(); b.film()
-    b.act("pick", cell, "grasp the peg by the shown end", Scene(pegs=rest, slots={sl, sr}, cursor=cell, held="peg"))
-    b.act("place", slot, "insert the peg into the shown side", Scene(pegs={**rest, slot: "head"}, slots={sl, sr}, cursor=slot))
+    b.s = Scene(pegs={**rest, slot: "head"}, slots={sl, sr}, cursor=slot)
+    b.film()
+    b.s = s0.copy()
+    b.film()
+    b.act("pick", cell, "grasp the peg by the shown end",
+          Scene(pegs=rest, slots={sl, sr}, cursor=cell, held="peg"))
+    b.act("place", slot, "insert the peg into the shown side",
+          Scene(pegs={**rest, slot: "head"}, slots={sl, sr}, cursor=slot))
     return b, ["insert the same peg by the same end into the same side of the box as in the video",
                "copy the peg insertion shown in the video"], (i, e, side)
 
@@ -349,15 +414,19 @@ def _walk(rng, cells_ok, n, nb):
         if len(path) == n: return path
 
 def _patternlock(rng, d):
-    side = [3, 3, 4][d]; n = int(rng.integers(*[(2, 4), (3, 5), (4, 6)][d])); o = int(rng.integers(0, G - side + 1))
+    side = [3, 3, 4][d]
+    n = int(rng.integers(*[(2, 4), (3, 5), (4, 6)][d]))
+    o = int(rng.integers(0, G - side + 1))
     lock = {(o + i)*G + o + j for i in range(side) for j in range(side)}
-    nb = lambda c: [(c//G + di)*G + c%G + dj for di in (-1, 0, 1) for dj in (-1, 0, 1) if (di or dj) and 0 <= c%G + dj < G]
+    nb = lambda c: [(c//G + di)*G + c%G + dj for di in (-1, 0, 1) for dj in (-1, 0, 1)
+                    if (di or dj) and 0 <= c%G + dj < G]
     path = _walk(rng, lock, n, nb)
     s0 = Scene(lanes=lock); b = _B(s0); b.film()
     for c in path: b.s = s0.copy(cursor=c); b.film()
     b.s = s0.copy(); b.film()
     for c in path: b.act("move", c, "trace the pattern from the video", s0.copy(cursor=c))
-    return b, ["draw the pattern shown in the video on the lock grid", "repeat the lock pattern from the video"], path
+    return b, ["draw the pattern shown in the video on the lock grid",
+               "repeat the lock pattern from the video"], path
 
 def _routestick(rng, d):
     n = int(rng.integers(*[(2, 4), (3, 5), (4, 5)][d])); r = int(rng.integers(1, G - 1))
@@ -368,21 +437,28 @@ def _routestick(rng, d):
     s0 = Scene(sticks=sticks, lanes=lanes); b = _B(s0); b.film()
     for c in path: b.s = s0.copy(cursor=c); b.film()
     b.s = s0.copy(); b.film()
-    for c, s in zip(path, side): b.act("move", c, f"pass the stick on the {'left' if s else 'right'}", s0.copy(cursor=c))
-    return b, ["follow the route around the sticks shown in the video", "go around the sticks the way the video did"], side
+    for c, s in zip(path, side):
+        b.act("move", c, f"pass the stick on the {'left' if s else 'right'}", s0.copy(cursor=c))
+    return b, ["follow the route around the sticks shown in the video",
+               "go around the sticks the way the video did"], side
 
 # %% ../nbs/18_robomme.ipynb #81e264e3
 _GEN = {"BinFill": _binfill, "PickXtimes": _pickx, "SwingXtimes": _swingx, "StopCube": _stopcube,
-        "VideoUnmask": lambda r, d: _unmask(r, d, True, False), "VideoUnmaskSwap": lambda r, d: _unmask(r, d, True, True),
-        "ButtonUnmask": lambda r, d: _unmask(r, d, False, False), "ButtonUnmaskSwap": lambda r, d: _unmask(r, d, False, True),
+        "VideoUnmask": lambda r, d: _unmask(r, d, True, False), "VideoUnmaskSwap": lambda r,
+        d: _unmask(r, d, True, True),
+        "ButtonUnmask": lambda r, d: _unmask(r, d, False, False), "ButtonUnmaskSwap": lambda r,
+        d: _unmask(r, d, False, True),
         "PickHighlight": _pickhighlight, "VideoRepick": _videorepick,
-        "VideoPlaceButton": lambda r, d: _videoplace(r, d, False), "VideoPlaceOrder": lambda r, d: _videoplace(r, d, True),
-        "MoveCube": _movecube, "InsertPeg": _insertpeg, "PatternLock": _patternlock, "RouteStick": _routestick}
+        "VideoPlaceButton": lambda r, d: _videoplace(r, d, False), "VideoPlaceOrder": lambda r,
+        d: _videoplace(r, d, True),
+        "MoveCube": _movecube, "InsertPeg": _insertpeg, "PatternLock": _patternlock,
+        "RouteStick": _routestick}
 
 def make_script(task:str, # one of the 16 task names
                 seed:int, # environment seed; difficulty is seed % 3
                )->Script:
-    "Generate one MiniMME episode (conditioning video, oracle actions and subgoals) from `task` and `seed`."
+    ("Generate one MiniMME episode (conditioning video, oracle actions and subgoals) from `task` "
+     "and `seed`.")
     check_task(task); seed_split(seed)
     rng = np.random.default_rng([seed, TASK_LIST.index(task)])
     b, goal, ans = _GEN[task](rng, seed % 3)
@@ -390,20 +466,24 @@ def make_script(task:str, # one of the 16 task names
 
 # %% ../nbs/18_robomme.ipynb #c4cb2801
 class MiniMMEEnv:
-    "A MiniMME episode with RoboMME's interface: list observations, `task_goal`, online subgoals and `status`."
+    ("A MiniMME episode with RoboMME's interface: list observations, `task_goal`, online subgoals "
+     "and `status`.")
     def __init__(self, task:str, seed:int, grid:int=8, px_per_cell:int=4):
         if grid != G: raise ValueError(f"MiniMME tables are {G}x{G}; grid={grid} is not supported")
-        if not isinstance(px_per_cell, int) or px_per_cell < 2: raise ValueError(f"px_per_cell must be an int >= 2, got {px_per_cell!r}")
+        if not isinstance(px_per_cell, int) or px_per_cell < 2:
+            raise ValueError(f"px_per_cell must be an int >= 2, got {px_per_cell!r}")
         self.script, self.px = make_script(task, seed), px_per_cell
         self.task, self.seed, self.max_steps = task, seed, 2*len(self.script.actions) + 5
     @property
     def difficulty(self)->str: return self.script.difficulty
     def _obs(self, scenes, video):
         return {"front_rgb_list": [render(s, self.px) for s in scenes],
-                "state_list": [np.array([s.cursor, s.held is not None]) for s in scenes], "is_video_demo": list(video)}
+                "state_list": [np.array([s.cursor, s.held is not None]) for s in scenes],
+                "is_video_demo": list(video)}
     def _info(self):
         sc, t = self.script, min(self.t, len(self.script.actions) - 1)
-        return {"task_goal": list(sc.goal), "simple_subgoal_online": sc.simple[t], "grounded_subgoal_online": sc.grounded[t],
+        return {"task_goal": list(sc.goal), "simple_subgoal_online": sc.simple[t],
+                "grounded_subgoal_online": sc.grounded[t],
                 "status": self.status, "difficulty": self.difficulty}
     def reset(self)->tuple[dict, dict]:
         "Observation lists holding the conditioning video and the first frame, and the info dict."
@@ -415,18 +495,26 @@ class MiniMMEEnv:
         "The scripted oracle's next action."
         return self.script.actions[self.t]
     def step(self, action:tuple[str, int])->tuple[dict, float, bool, bool, dict]:
-        "Apply `(verb, cell)`: the oracle's action advances, a wrong action on an occupied cell fails, others are no-ops."
+        ("Apply `(verb, cell)`: the oracle's action advances, a wrong action on an occupied cell "
+         "fails, others are no-ops.")
         verb, cell = action
-        if verb not in VERBS or not 0 <= int(cell) < G*G: raise ValueError(f"action must be (verb, cell) with verb in {VERBS} and 0 <= cell < {G*G}, got {action!r}")
-        if self.status != "ongoing": raise RuntimeError(f"episode is over (status {self.status!r}); call reset()")
+        if verb not in VERBS or not 0 <= int(cell) < G*G: raise ValueError("action must be "
+                                                                           "(verb, cell) with "
+                                                                           f"verb in {VERBS} and "
+                                                                           f"0 <= cell < {G*G}, "
+                                                                           f"got {action!r}")
+        if self.status != "ongoing":
+            raise RuntimeError(f"episode is over (status {self.status!r}); call reset()")
         sc, self.k = self.script, self.k + 1
         if (verb, int(cell)) == sc.actions[self.t]:
             self.t += 1
             if self.t == len(sc.actions): self.status = "success"
-        elif sc.strict or (verb != "wait" and int(cell) in sc.scenes[self.t].occupied()): self.status = "fail"
+        elif sc.strict or (verb != "wait" and int(cell) in sc.scenes[self.t].occupied()):
+            self.status = "fail"
         if self.status == "ongoing" and self.k >= self.max_steps: self.status = "timeout"
         done = self.status in ("success", "fail")
-        return self._obs([sc.scenes[self.t]], [False]), float(self.status == "success"), done, self.status == "timeout", self._info()
+        obs, reward = self._obs([sc.scenes[self.t]], [False]), float(self.status == "success")
+        return obs, reward, done, self.status == "timeout", self._info()
 
 # %% ../nbs/18_robomme.ipynb #b55ca824
 def patchify(img:np.ndarray, # (G*px, G*px, 3) uint8 frame
@@ -436,9 +524,10 @@ def patchify(img:np.ndarray, # (G*px, G*px, 3) uint8 frame
     return img.reshape(G, px, G, px, 3).transpose(0, 2, 1, 3, 4).reshape(G*G, px*px*3)
 
 def memoryless_conflicts(scripts:Sequence[Script], # oracle episodes (one or more tasks)
-                         video_only:bool=False,     # True: group by the last video frame and goal, keyed on the first action
+                         video_only:bool=False,     # True: group by last video frame and goal
                         )->dict:
-    "Group oracle steps by (goal, current frame, state); the share of groups with conflicting actions and the memoryless Bayes accuracy."
+    ("Group oracle steps by (goal, current frame, state); the share of groups with conflicting "
+     "actions and the memoryless Bayes accuracy.")
     groups = defaultdict(lambda: defaultdict(int))
     for sc in scripts:
         items = [(sc.video[-1], sc.actions[0])] if video_only else list(zip(sc.scenes, sc.actions))
@@ -446,33 +535,38 @@ def memoryless_conflicts(scripts:Sequence[Script], # oracle episodes (one or mor
             key = (sc.goal[0], render(s, 2).tobytes(), s.cursor, s.held is not None)
             groups[key][a] += 1
     n = sum(sum(g.values()) for g in groups.values())
-    return {"groups": len(groups), "conflict_rate": float(np.mean([len(g) > 1 for g in groups.values()])),
+    return {"groups": len(groups),
+            "conflict_rate": float(np.mean([len(g) > 1 for g in groups.values()])),
             "bayes_acc": sum(max(g.values()) for g in groups.values()) / n}
 
 # %% ../nbs/18_robomme.ipynb #db553b0b
 def even_sampling_indices(step_idx:int,   # index t of the current frame
                           max_frames:int, # M = budget / tokens per frame
                          )->list[int]:
-    "The repository's FrameSamp rule: every frame while t < M, else `np.linspace(0, t, M).astype(int)`."
-    if step_idx < 0 or max_frames < 1: raise ValueError(f"need step_idx >= 0 and max_frames >= 1, got {step_idx}, {max_frames}")
+    ("The repository's FrameSamp rule: every frame while t < M, else `np.linspace(0, t, "
+     "M).astype(int)`.")
+    if step_idx < 0 or max_frames < 1:
+        raise ValueError(f"need step_idx >= 0 and max_frames >= 1, got {step_idx}, {max_frames}")
     if step_idx < max_frames: return list(range(step_idx + 1))
     return np.linspace(0, step_idx, max_frames).astype(int).tolist()
 
 # %% ../nbs/18_robomme.ipynb #c02b4394
 class TokenDropBuffer:
-    "The repository's token-drop memory: patches scored by pixel change every `stride` steps, the top `capacity` kept in a heap."
+    ("The repository's token-drop memory: patches scored by pixel change every `stride` steps, the "
+     "top `capacity` kept in a heap.")
     def __init__(self, stride:int=2, capacity:int=2048, eps:float=1e-4):
-        if stride < 1 or capacity < 1: raise ValueError(f"stride and capacity must be >= 1, got {stride}, {capacity}")
+        if stride < 1 or capacity < 1:
+            raise ValueError(f"stride and capacity must be >= 1, got {stride}, {capacity}")
         self.stride, self.capacity, self.eps, self.heap, self.last = stride, capacity, eps, [], None
     def add(self, step:int, frame:np.ndarray):
         "Score the patches of `frame` (P, D), seen at `step`, against the last scored frame."
         f = np.asarray(frame, np.float32) / 255.
-        if self.last is None: scores = np.full(len(f), 1000.)                 # frame 0: every patch, score 1000
+        if self.last is None: scores = np.full(len(f), 1000.)  # frame 0: every patch, score 1000
         elif step % self.stride: return
-        else: scores = np.abs(f - self.last).mean(1)                           # mean absolute pixel difference per patch
+        else: scores = np.abs(f - self.last).mean(1)  # mean absolute pixel difference per patch
         self.last = f
         for p, sc in enumerate(scores):
-            if sc < self.eps: continue                                         # unchanged patches are skipped
+            if sc < self.eps: continue  # unchanged patches are skipped
             item = (float(sc), int(step), p)
             if len(self.heap) < self.capacity: heapq.heappush(self.heap, item)
             else: heapq.heappushpop(self.heap, item)
@@ -483,47 +577,59 @@ class TokenDropBuffer:
 
 # %% ../nbs/18_robomme.ipynb #0d7bfc9c
 class TTTMemory(nn.Module):
-    "Linear test-time-training memory: per frame $W \\leftarrow W - \\eta \\nabla_W \\lVert W k - v\\rVert^2$, read out by learned queries."
+    ("Linear test-time-training memory: per frame $W \\leftarrow W - \\eta \\nabla_W \\lVert W k - "
+     "v\\rVert^2$, read out by learned queries.")
     def __init__(self, d:int, heads:int=2, n_read:int=16, base_lr:float=0.01, max_lr:float=0.1):
         super().__init__()
         self.h, self.dh, self.base_lr, self.max_lr = heads, d // heads, base_lr, max_lr
-        self.k, self.v, self.q = nn.Linear(d, d), nn.Linear(d, d), nn.Parameter(torch.randn(n_read, d) * d**-0.5)
+        self.k = nn.Linear(d, d)
+        self.v = nn.Linear(d, d)
+        self.q = nn.Parameter(torch.randn(n_read, d) * d**-0.5)
         self.lr_gate, self.out = nn.Linear(d, heads), nn.Linear(d, d)
     def eta(self, x:Tensor)->Tensor:
-        "Per-head step size $\\sigma(a)(\\eta_{max}-\\eta_{base})+\\eta_{base}$ from the frame's mean token, (B, heads)."
+        ("Per-head step size $\\sigma(a)(\\eta_{max}-\\eta_{base})+\\eta_{base}$ from the frame's "
+         "mean token, (B, heads).")
         return torch.sigmoid(self.lr_gate(x.mean(1))) * (self.max_lr - self.base_lr) + self.base_lr
-    def init_state(self, B:int, device)->Tensor: return torch.zeros(B, self.h, self.dh, self.dh, device=device)
+    def init_state(self, B:int, device)->Tensor:
+        return torch.zeros(B, self.h, self.dh, self.dh, device=device)
     def update(self, W:Tensor, x:Tensor, eta:Tensor|None=None)->Tensor:
-        "One TTT step on a frame's tokens x (B, n, d): gradient descent on the mean squared error of W k against v."
+        ("One TTT step on a frame's tokens x (B, n, d): gradient descent on the mean squared error "
+         "of W k against v.")
         B, n, _ = x.shape
-        k = F.normalize(self.k(x).view(B, n, self.h, self.dh), dim=-1).transpose(1, 2)   # (B, h, n, dh)
+        # (B, h, n, dh)
+        k = F.normalize(self.k(x).view(B, n, self.h, self.dh), dim=-1).transpose(1, 2)
         v = self.v(x).view(B, n, self.h, self.dh).transpose(1, 2)
-        err = k @ W.transpose(-1, -2) - v                                                 # W k - v, (B, h, n, dh)
-        grad = 2 * err.transpose(-1, -2) @ k / n                                          # d/dW of mean ||W k - v||^2
-        grad = grad * (5.0 / grad.flatten(2).norm(dim=-1).clamp_min(5.0))[..., None, None]  # grad-norm clip 5
+        err = k @ W.transpose(-1, -2) - v  # W k - v, (B, h, n, dh)
+        grad = 2 * err.transpose(-1, -2) @ k / n  # d/dW of mean ||W k - v||^2
+        # grad-norm clip 5
+        grad = grad * (5.0 / grad.flatten(2).norm(dim=-1).clamp_min(5.0))[..., None, None]
         eta = self.eta(x) if eta is None else eta
         return W - eta[..., None, None] * grad
     def read(self, W:Tensor)->Tensor:
         "Memory tokens $W q_j$ for the learned queries, (B, n_read, d)."
-        q = F.normalize(self.q.view(-1, self.h, self.dh), dim=-1).transpose(0, 1)          # (h, n_read, dh)
-        r = (q[None] @ W.transpose(-1, -2)).transpose(1, 2)                                # (B, n_read, h, dh)
+        q = F.normalize(self.q.view(-1, self.h, self.dh), dim=-1).transpose(0, 1)  # (h, n_read, dh)
+        r = (q[None] @ W.transpose(-1, -2)).transpose(1, 2)  # (B, n_read, h, dh)
         return self.out(r.flatten(2))
 
 class RMTMemory(nn.Module):
-    "Recurrent memory tokens: one transformer layer over [memory; frame tokens] per frame, the memory slots carried on."
+    ("Recurrent memory tokens: one transformer layer over [memory; frame tokens] per frame, the "
+     "memory slots carried on.")
     def __init__(self, d:int, heads:int=4, n_mem:int=16):
         super().__init__()
         self.mem0 = nn.Parameter(torch.randn(n_mem, d) * 0.02)
-        self.layer = nn.TransformerEncoderLayer(d, heads, 2*d, dropout=0., batch_first=True, norm_first=True)
+        self.layer = nn.TransformerEncoderLayer(d, heads, 2*d, dropout=0., batch_first=True,
+                                                norm_first=True)
     def init_state(self, B:int, device)->Tensor: return self.mem0[None].expand(B, -1, -1)
-    def update(self, m:Tensor, x:Tensor)->Tensor: return self.layer(torch.cat([m, x], 1))[:, :m.shape[1]]
+    def update(self, m:Tensor, x:Tensor)->Tensor:
+        return self.layer(torch.cat([m, x], 1))[:, :m.shape[1]]
     def read(self, m:Tensor)->Tensor: return m
 
 # %% ../nbs/18_robomme.ipynb #d651b74b
 N_WORDS, L_GOAL, L_SG = 512, 24, 12
 def tokenize(text:str, length:int)->list[int]:
     "Word-level token ids (hashed into 511 buckets, 0 is padding), truncated or padded to `length`."
-    ids = [zlib.crc32(w.encode()) % (N_WORDS - 1) + 1 for w in re.findall(r"[a-z0-9]+", text.lower())][:length]
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    ids = [zlib.crc32(w.encode()) % (N_WORDS - 1) + 1 for w in words][:length]
     return ids + [0]*(length - len(ids))
 
 def pool_tokens(p:np.ndarray)->np.ndarray:
@@ -532,7 +638,8 @@ def pool_tokens(p:np.ndarray)->np.ndarray:
     return p.reshape(*s[:-2], 4, 2, 4, 2, s[-1]).mean(axis=(-4, -2)).reshape(*s[:-2], 16, s[-1])
 
 class Block(nn.Module):
-    "Pre-norm transformer layer whose attention may also read extra keys/values and whose FFN input may be modulated."
+    ("Pre-norm transformer layer whose attention may also read extra keys/values and whose FFN "
+     "input may be modulated.")
     def __init__(self, d:int, heads:int):
         super().__init__()
         self.n1, self.n2 = nn.RMSNorm(d), nn.RMSNorm(d)
@@ -543,55 +650,78 @@ class Block(nn.Module):
         k, kp = (h, pad) if kv is None else (torch.cat([h, kv], 1), torch.cat([pad, kv_pad], 1))
         x = x + self.attn(h, k, k, key_padding_mask=kp, need_weights=False)[0]
         h = self.n2(x)
-        if film is not None: h = h * (1 + film[0][:, None]) + film[1][:, None]   # adaptive RMSNorm: x(1+scale)+shift
+        if film is not None:
+            h = h * (1 + film[0][:, None]) + film[1][:, None]  # adaptive RMSNorm: x(1+scale)+shift
         return x + self.ff(h)
 
 # %% ../nbs/18_robomme.ipynb #777366c2
-REPRESENTATIONS, INTEGRATIONS = ["FrameSamp", "TokenDrop", "TTT", "RMT"], ["Context", "Modul", "Expert"]
+REPRESENTATIONS = ["FrameSamp", "TokenDrop", "TTT", "RMT"]
+INTEGRATIONS = ["Context", "Modul", "Expert"]
 SYMBOLIC = {"SimpleSG": "simple", "GroundSG": "grounded"}
 POLICIES = (["none"] + [f"{r}+{i}" for r in REPRESENTATIONS for i in INTEGRATIONS] + list(SYMBOLIC)
             + [f"{s} (oracle)" for s in SYMBOLIC])
 
 class TinyVLA(nn.Module):
-    "A small transformer policy over [goal, subgoal, state, current frame, ACT] with one memory representation and integration."
-    def __init__(self, memory:str="none", integration:str|None=None, budget:int=128, d:int=64, layers:int=2, heads:int=4,
+    ("A small transformer policy over [goal, subgoal, state, current frame, ACT] with one memory "
+     "representation and integration.")
+    def __init__(self, memory:str="none", integration:str|None=None, budget:int=128, d:int=64,
+                 layers:int=2, heads:int=4,
                  symbolic:str|None=None, heads_out:dict|None=None, token_dim:int=48):
         super().__init__()
-        if memory not in ["none"] + REPRESENTATIONS: raise ValueError(f"memory must be 'none' or one of {REPRESENTATIONS}, got {memory!r}")
-        if (memory == "none") != (integration is None) or (integration is not None and integration not in INTEGRATIONS):
-            raise ValueError(f"integration must be None for memory 'none', else one of {INTEGRATIONS}; got {memory!r}, {integration!r}")
-        if symbolic not in (None, "simple", "grounded"): raise ValueError(f"symbolic must be None, 'simple' or 'grounded', got {symbolic!r}")
-        if budget < 16 or d % heads: raise ValueError(f"need budget >= 16 and d divisible by heads, got {budget}, {d}, {heads}")
-        self.memory, self.integration, self.budget, self.symbolic, self.d = memory, integration, budget, symbolic, d
-        self.n_frames = budget // 16                                          # M = B / 16 pooled frames (FrameSamp, TTT, RMT window)
-        self.word, self.pos = nn.Embedding(N_WORDS, d, padding_idx=0), nn.Embedding(L_GOAL + L_SG + 66, d)
-        self.patch, self.cell_emb, self.held_emb = nn.Linear(token_dim, d), nn.Embedding(G*G, d), nn.Embedding(2, d)
+        if memory not in ["none"] + REPRESENTATIONS:
+            raise ValueError(f"memory must be 'none' or one of {REPRESENTATIONS}, got {memory!r}")
+        if (memory == "none") != (integration is None) or integration not in (None, *INTEGRATIONS):
+            raise ValueError("integration must be None for memory 'none', else one of "
+                             f"{INTEGRATIONS}; got {memory!r}, {integration!r}")
+        if symbolic not in (None, "simple", "grounded"):
+            raise ValueError(f"symbolic must be None, 'simple' or 'grounded', got {symbolic!r}")
+        if budget < 16 or d % heads: raise ValueError("need budget >= 16 and d divisible by "
+                                                      f"heads, got {budget}, {d}, {heads}")
+        self.memory = memory
+        self.integration = integration
+        self.budget = budget
+        self.symbolic = symbolic
+        self.d = d
+        self.n_frames = budget // 16  # M = B / 16 pooled frames (FrameSamp, TTT, RMT window)
+        self.word = nn.Embedding(N_WORDS, d, padding_idx=0)
+        self.pos = nn.Embedding(L_GOAL + L_SG + 66, d)
+        self.patch = nn.Linear(token_dim, d)
+        self.cell_emb = nn.Embedding(G*G, d)
+        self.held_emb = nn.Embedding(2, d)
         self.act, self.ptr = nn.Parameter(torch.randn(d) * 0.02), nn.Linear(d, d)
         self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.norm = nn.RMSNorm(d)
-        self.heads_out = nn.ModuleDict({k: nn.Linear(d, n) for k, n in (heads_out or {"verb": len(VERBS), "cell": G*G}).items()})
+        heads_out = heads_out or {"verb": len(VERBS), "cell": G*G}
+        self.heads_out = nn.ModuleDict({k: nn.Linear(d, n) for k, n in heads_out.items()})
         if memory == "none": return
-        self.m_patch, self.m_pos, self.m_time = nn.Linear(token_dim, d), nn.Embedding(G*G + 16, d), nn.Embedding(128, d)
+        self.m_patch = nn.Linear(token_dim, d)
+        self.m_pos = nn.Embedding(G*G + 16, d)
+        self.m_time = nn.Embedding(128, d)
         if memory == "TTT": self.rec = TTTMemory(d, heads=2)
         if memory == "RMT": self.rec = RMTMemory(d, heads=4)
         if integration == "Modul":
             self.m_attn = nn.MultiheadAttention(d, heads, batch_first=True)
-            self.film = nn.Linear(d, 2*d); nn.init.normal_(self.film.weight, std=1e-3); nn.init.zeros_(self.film.bias)
+            self.film = nn.Linear(d, 2*d)
+            nn.init.normal_(self.film.weight, std=1e-3)
+            nn.init.zeros_(self.film.bias)
         if integration == "Expert":
             self.down = nn.Linear(d, d//2)
             self.expert = nn.ModuleList(Block(d//2, max(1, heads//2)) for _ in range(layers))
             self.up = nn.ModuleList(nn.Linear(d//2, d) for _ in range(layers))
 
-    def extra_repr(self): return f"memory={self.memory}, integration={self.integration}, budget={self.budget}, symbolic={self.symbolic}"
+    def extra_repr(self):
+        return (f"memory={self.memory}, integration={self.integration}, budget={self.budget}, "
+                f"symbolic={self.symbolic}")
 
 # %% ../nbs/18_robomme.ipynb #da0dae85
 @patch
 def memory_tokens(self:TinyVLA, b:dict)->tuple[Tensor, Tensor]:
     "Memory tokens (B, K, d) and their padding mask (True = empty) from a batch's memory inputs."
-    e = self.m_patch(b["m_tok"]) + self.m_pos(b["m_pos"]) + self.m_time(b["m_time"])      # (B, K, d) or (B, F, 16, d)
+    # (B, K, d) or (B, F, 16, d)
+    e = self.m_patch(b["m_tok"]) + self.m_pos(b["m_pos"]) + self.m_time(b["m_time"])
     if self.memory in ("FrameSamp", "TokenDrop"): return e, ~b["m_mask"]
     B, Fr = e.shape[:2]; st = self.rec.init_state(B, e.device)
-    for f in range(Fr):                                                                   # one recurrent update per frame
+    for f in range(Fr):  # one recurrent update per frame
         new = self.rec.update(st, e[:, f]); keep = b["m_mask"][:, f].view(B, *[1]*(st.dim() - 1))
         st = torch.where(keep, new, st)
     m = self.rec.read(st)
@@ -602,20 +732,25 @@ def forward(self:TinyVLA, b:dict, zero_film:bool=False)->dict:
     "Logits of each head, read at the ACT token."
     goal = b["goal"] if self.symbolic is None else torch.cat([b["goal"], b["sg"]], 1)
     B, Lg = goal.shape
-    tok = torch.cat([self.word(goal), (self.cell_emb(b["state"][:, 0]) + self.held_emb(b["state"][:, 1]))[:, None],
+    tok = torch.cat([self.word(goal),
+                     (self.cell_emb(b["state"][:, 0]) + self.held_emb(b["state"][:, 1]))[:, None],
                      self.patch(b["cur"]), self.act.expand(B, 1, -1)], 1)
     tok = tok + self.pos(torch.arange(tok.shape[1], device=tok.device))[None]
-    pad = torch.cat([goal == 0, torch.zeros(B, tok.shape[1] - Lg, dtype=torch.bool, device=tok.device)], 1)
+    pad = torch.cat(
+        [goal == 0, torch.zeros(B, tok.shape[1] - Lg, dtype=torch.bool, device=tok.device)], 1
+    )
     kv = film = None
     if self.memory != "none":
         m, mpad = self.memory_tokens(b)
-        if self.integration == "Context": tok, pad = torch.cat([tok, m], 1), torch.cat([pad, mpad], 1)
+        if self.integration == "Context":
+            tok, pad = torch.cat([tok, m], 1), torch.cat([pad, mpad], 1)
         if self.integration == "Expert": h_m = self.down(m)
     x, n_ctx = tok, tok.shape[1]
     for i, blk in enumerate(self.blocks):
         if self.integration == "Expert":
             kv = self.up[i](h_m); h_m = self.expert[i](h_m, mpad)
-        if self.integration == "Modul" and i == len(self.blocks) - 1:         # ACT cross-attends to memory -> (scale, shift)
+        # ACT cross-attends to memory -> (scale, shift)
+        if self.integration == "Modul" and i == len(self.blocks) - 1:
             a = x[:, Lg + 65]
             c = self.m_attn(a[:, None], m, m, key_padding_mask=mpad, need_weights=False)[0][:, 0]
             film = self.film(c).chunk(2, -1)
@@ -623,12 +758,13 @@ def forward(self:TinyVLA, b:dict, zero_film:bool=False)->dict:
         x = blk(x, pad, kv, None if kv is None else mpad, film)
     h = self.norm(x[:, Lg + 65])                                                  # the ACT token
     out = {k: head(h) for k, head in self.heads_out.items()}
-    if "cell" in out:                                                             # pointer: ACT query against the 64 cell tokens
-        out["cell"] = out["cell"] + torch.einsum("bd,bnd->bn", self.ptr(h), self.norm(x[:, Lg + 1:Lg + 65])) / self.d**0.5
+    if "cell" in out:  # pointer: ACT query against the 64 cell tokens
+        out["cell"] = out["cell"] + torch.einsum("bd,bnd->bn", self.ptr(h),
+                                                 self.norm(x[:, Lg + 1:Lg + 65])) / self.d**0.5
     return out
 
 # %% ../nbs/18_robomme.ipynb #3f01a031
-def make_variant(name:str, # one of POLICIES, e.g. "FrameSamp+Modul", "GroundSG", "GroundSG (oracle)", "none"
+def make_variant(name:str, # one of POLICIES, e.g. "FrameSamp+Modul", "GroundSG (oracle)", "none"
                  seed:int=0, # model seed of the initialisation
                  **kw,     # TinyVLA sizes: budget, d, layers, heads
                 )->TinyVLA:
@@ -643,41 +779,63 @@ def make_variant(name:str, # one of POLICIES, e.g. "FrameSamp+Modul", "GroundSG"
 
 # %% ../nbs/18_robomme.ipynb #b60d2d37
 class FrameBank:
-    "Every frame seen, as cell tokens (uint8) and 4x4-pooled tokens (float), addressed by index; grows as needed."
-    def __init__(self, cap:int=1024): self.tok, self.pooled, self.n = np.zeros((cap, G*G, 48), np.uint8), np.zeros((cap, 16, 48), np.float32), 0
+    ("Every frame seen, as cell tokens (uint8) and 4x4-pooled tokens (float), addressed by index; "
+     "grows as needed.")
+    def __init__(self, cap:int=1024):
+        self.tok = np.zeros((cap, G*G, 48), np.uint8)
+        self.pooled = np.zeros((cap, 16, 48), np.float32)
+        self.n = 0
     def add(self, img:np.ndarray)->int:
         "Store one frame; return its index."
         if self.n == len(self.tok):
-            self.tok = np.concatenate([self.tok, np.zeros_like(self.tok)]); self.pooled = np.concatenate([self.pooled, np.zeros_like(self.pooled)])
-        p = patchify(img); self.tok[self.n], self.pooled[self.n] = p, pool_tokens(p.astype(np.float32) / 255.); self.n += 1
+            self.tok = np.concatenate([self.tok, np.zeros_like(self.tok)])
+            self.pooled = np.concatenate([self.pooled, np.zeros_like(self.pooled)])
+        p = patchify(img)
+        self.tok[self.n], self.pooled[self.n] = p, pool_tokens(p.astype(np.float32) / 255.)
+        self.n += 1
         return self.n - 1
 
-def memory_inputs(policy:TinyVLA, seqs:list, tok:np.ndarray, pooled:np.ndarray, drops:list|None=None)->dict:
-    "Numpy memory inputs of a batch: `seqs` are bank indices of each history (video, past steps, current frame)."
+def memory_inputs(
+    policy:TinyVLA, seqs:list, tok:np.ndarray, pooled:np.ndarray, drops:list|None=None
+)->dict:
+    ("Numpy memory inputs of a batch: `seqs` are bank indices of each history (video, past steps, "
+     "current frame).")
     B, rep = len(seqs), policy.memory
-    if rep == "TokenDrop":                                           # drops: per item, (n, 2) array of (position in seq, patch)
-        K = policy.budget; t = np.zeros((B, K, tok.shape[-1]), np.float32); pos = np.zeros((B, K), np.int64)
+    if rep == "TokenDrop":  # drops: per item, (n, 2) array of (position in seq, patch)
+        K = policy.budget
+        t = np.zeros((B, K, tok.shape[-1]), np.float32)
+        pos = np.zeros((B, K), np.int64)
         tm = np.zeros((B, K), np.int64); mk = np.zeros((B, K), bool)
         for i, (s, dr) in enumerate(zip(seqs, drops)):
             dr = np.asarray(dr, np.int64).reshape(-1, 2)[-K:]; n = len(dr)
-            t[i, :n] = tok[np.asarray(s)[dr[:, 0]], dr[:, 1]] / 255.; pos[i, :n], tm[i, :n], mk[i, :n] = dr[:, 1], np.minimum(dr[:, 0], 127), True
+            t[i, :n] = tok[np.asarray(s)[dr[:, 0]], dr[:, 1]] / 255.
+            pos[i, :n], tm[i, :n], mk[i, :n] = dr[:, 1], np.minimum(dr[:, 0], 127), True
         return {"m_tok": t, "m_pos": pos, "m_time": tm, "m_mask": mk}
     M = policy.n_frames
     idx = np.zeros((B, M), np.int64); tm = np.zeros((B, M), np.int64); mk = np.zeros((B, M), bool)
     for i, s in enumerate(seqs):
-        pick = even_sampling_indices(len(s) - 1, M) if rep == "FrameSamp" else list(range(max(0, len(s) - M), len(s)))
-        off = 0 if rep == "FrameSamp" else M - len(pick)              # recurrent windows are left-padded
-        idx[i, off:off + len(pick)], tm[i, off:off + len(pick)], mk[i, off:off + len(pick)] = [s[j] for j in pick], np.minimum(pick, 127), True
+        pick = even_sampling_indices(len(s) - 1, M) if rep == "FrameSamp" else list(range(
+            max(0, len(s) - M), len(s)
+        ))
+        off = 0 if rep == "FrameSamp" else M - len(pick)  # recurrent windows are left-padded
+        sl = slice(off, off + len(pick))
+        idx[i, sl], tm[i, sl], mk[i, sl] = [s[j] for j in pick], np.minimum(pick, 127), True
     t = pooled[idx]                                                   # (B, M, 16, D)
     pos = np.broadcast_to(G*G + np.arange(16), (B, M, 16))
-    if rep == "FrameSamp": return {"m_tok": t.reshape(B, M*16, -1), "m_pos": pos.reshape(B, -1), "m_time": np.repeat(tm, 16, 1),
+    if rep == "FrameSamp": return {"m_tok": t.reshape(B, M*16, -1), "m_pos": pos.reshape(B, -1),
+                                   "m_time": np.repeat(tm, 16, 1),
                                    "m_mask": np.repeat(mk, 16, 1)}
-    return {"m_tok": t, "m_pos": pos.copy(), "m_time": np.repeat(tm[..., None], 16, 2), "m_mask": mk}
+    return {
+        "m_tok": t, "m_pos": pos.copy(), "m_time": np.repeat(tm[..., None], 16, 2), "m_mask": mk
+    }
 
 def _drops(bank_tok, seq, stride=2):
-    "TokenDrop selections after each frame of `seq` (capacity 2048, as the repository), as (n, 2) arrays."
+    ("TokenDrop selections after each frame of `seq` (capacity 2048, as the repository), as (n, 2) "
+     "arrays.")
     buf, out = TokenDropBuffer(stride), []
-    for f, i in enumerate(seq): buf.add(f, bank_tok[i]); out.append(np.asarray(buf.select(f, 10**6), np.int64).reshape(-1, 2))
+    for f, i in enumerate(seq):
+        buf.add(f, bank_tok[i])
+        out.append(np.asarray(buf.select(f, 10**6), np.int64).reshape(-1, 2))
     return out
 
 # %% ../nbs/18_robomme.ipynb #cc7bb07f
@@ -685,7 +843,11 @@ def _drops(bank_tok, seq, stride=2):
 class Demos:
     "Oracle demonstrations flattened into training samples over one frame bank."
     scripts: list; tok: np.ndarray; pooled: np.ndarray
-    goal: np.ndarray; sg_simple: np.ndarray; sg_grounded: np.ndarray; state: np.ndarray; cur: np.ndarray
+    goal: np.ndarray
+    sg_simple: np.ndarray
+    sg_grounded: np.ndarray
+    state: np.ndarray
+    cur: np.ndarray
     seqs: list; drops: list; verb: np.ndarray; cell: np.ndarray; simple: list; grounded: list
     def __len__(self): return len(self.cur)
 
@@ -693,9 +855,12 @@ def collect_demos(tasks:Sequence[str],  # task names
                   split:str="train",     # "train", "val" or "test"
                   n_per_task:int=100,    # episodes per task (the first seeds of the split)
                  )->Demos:
-    "Run the scripted oracle on `n_per_task` seeds of each task and keep every step as a training sample."
+    ("Run the scripted oracle on `n_per_task` seeds of each task and keep every step as a training "
+     "sample.")
     seeds = split_seeds(split)
-    if not 1 <= n_per_task <= len(seeds): raise ValueError(f"n_per_task must be in 1..{len(seeds)} for split {split!r}, got {n_per_task}")
+    if not 1 <= n_per_task <= len(seeds): raise ValueError("n_per_task must be in "
+                                                           f"1..{len(seeds)} for split {split!r}, "
+                                                           f"got {n_per_task}")
     bank, rows, scripts = FrameBank(), defaultdict(list), []
     for task in tasks:
         for seed in seeds[:n_per_task]:
@@ -703,60 +868,88 @@ def collect_demos(tasks:Sequence[str],  # task names
             seq = [bank.add(render(s)) for s in sc.video]
             for t, (s, a) in enumerate(zip(sc.scenes, sc.actions)):
                 seq = seq + [bank.add(render(s))]
-                rows["goal"].append(tokenize(sc.goal[0], L_GOAL)); rows["state"].append([s.cursor, s.held is not None])
-                rows["sg_simple"].append(tokenize(sc.simple[t], L_SG)); rows["sg_grounded"].append(tokenize(sc.grounded[t], L_SG))
+                rows["goal"].append(tokenize(sc.goal[0], L_GOAL))
+                rows["state"].append([s.cursor, s.held is not None])
+                rows["sg_simple"].append(tokenize(sc.simple[t], L_SG))
+                rows["sg_grounded"].append(tokenize(sc.grounded[t], L_SG))
                 rows["simple"].append(sc.simple[t]); rows["grounded"].append(sc.grounded[t])
-                rows["cur"].append(seq[-1]); rows["seqs"].append(seq); rows["verb"].append(VERBS.index(a[0])); rows["cell"].append(a[1])
+                rows["cur"].append(seq[-1])
+                rows["seqs"].append(seq)
+                rows["verb"].append(VERBS.index(a[0]))
+                rows["cell"].append(a[1])
     tok, pooled, drops = bank.tok[:bank.n], bank.pooled[:bank.n], [None]*len(rows["cur"])
-    arr = {k: np.asarray(rows[k]) for k in ("goal", "sg_simple", "sg_grounded", "state", "cur", "verb", "cell")}
-    return Demos(scripts, tok, pooled, seqs=rows["seqs"], drops=drops, simple=rows["simple"], grounded=rows["grounded"], **arr)
+    arr = {k: np.asarray(rows[k]) for k in ("goal", "sg_simple", "sg_grounded", "state", "cur",
+                                            "verb", "cell")}
+    return Demos(scripts, tok, pooled, seqs=rows["seqs"], drops=drops, simple=rows["simple"],
+                 grounded=rows["grounded"], **arr)
 
 def _batch(policy, d:Demos, ix, device, sg=None)->dict:
-    b = {"goal": d.goal[ix], "state": d.state[ix], "cur": d.tok[d.cur[ix]].astype(np.float32) / 255.}
-    if policy.symbolic: b["sg"] = (d.sg_simple if policy.symbolic == "simple" else d.sg_grounded)[ix]
+    b = {
+        "goal": d.goal[ix], "state": d.state[ix], "cur": d.tok[d.cur[ix]].astype(np.float32) / 255.
+    }
+    if policy.symbolic:
+        b["sg"] = (d.sg_simple if policy.symbolic == "simple" else d.sg_grounded)[ix]
     if policy.memory != "none":
-        if policy.memory == "TokenDrop" and d.drops[0] is None:       # once per demo set: replay each episode through the buffer
+        # once per demo set: replay each episode through the buffer
+        if policy.memory == "TokenDrop" and d.drops[0] is None:
             i = 0
             for sc in d.scripts:
                 n = len(sc.actions); full = _drops(d.tok, d.seqs[i + n - 1])
                 for j in range(n): d.drops[i + j] = full[len(d.seqs[i + j]) - 1]
                 i += n
-        b.update(memory_inputs(policy, [d.seqs[i] for i in ix], d.tok, d.pooled, [d.drops[i] for i in ix] if policy.memory == "TokenDrop" else None))
+        b.update(memory_inputs(policy, [d.seqs[i] for i in ix], d.tok, d.pooled,
+                               [d.drops[i] for i in ix] if policy.memory == "TokenDrop" else None))
     return {k: torch.as_tensor(np.ascontiguousarray(v)).to(device) for k, v in b.items()}
 
 # %% ../nbs/18_robomme.ipynb #c351ea0b
-def train_policy(policy:TinyVLA,   # the policy (or a subgoal predictor with heads "simple"/"grounded")
+def train_policy(policy:TinyVLA,   # the policy (or a subgoal predictor: heads simple, grounded)
                  demos:Demos,      # oracle demonstrations
                  steps:int,        # optimizer steps
                  batch:int,        # samples per step
                  lr:float=1e-3,    # AdamW learning rate
                  seed:int=0,       # model seed: initialisation and batch order
                  device:str="cpu",
-                 targets:dict|None=None, # head name -> (n,) int labels; default the oracle's verb and cell
+                 targets:dict|None=None, # head -> (n,) int labels; default: oracle's verb and cell
                  show_progress:bool=False)->TinyVLA:
-    "Behaviour cloning: cross-entropy of each head on the oracle's labels, one multi-task checkpoint."
-    if steps < 1 or batch < 1: raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
-    torch.manual_seed(seed); rng = np.random.default_rng(seed)                 # batch order (initialisation: `make_variant`'s seed)
+    ("Behaviour cloning: cross-entropy of each head on the oracle's labels, one multi-task "
+     "checkpoint.")
+    if steps < 1 or batch < 1:
+        raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)  # batch order (initialisation: `make_variant`'s seed)
     targets = targets or {"verb": demos.verb, "cell": demos.cell}
-    policy.to(device).train(); opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.01)
+    policy.to(device).train()
+    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps, pct_start=0.1)
-    for _ in progress(range(steps), desc=f"train {policy.memory}/{policy.integration}/{policy.symbolic}", disable=not show_progress):
+    for _ in progress(range(steps),
+                      desc=f"train {policy.memory}/{policy.integration}/{policy.symbolic}",
+                      disable=not show_progress):
         ix = rng.integers(0, len(demos), batch)
         out = policy(_batch(policy, demos, ix, device))
-        loss = sum(F.cross_entropy(out[k], torch.as_tensor(v[ix], device=device)) for k, v in targets.items())
-        opt.zero_grad(); loss.backward(); nn.utils.clip_grad_norm_(policy.parameters(), 1.0); opt.step(); sched.step()
+        loss = sum(F.cross_entropy(out[k], torch.as_tensor(v[ix], device=device))
+                   for k, v in targets.items())
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        opt.step()
+        sched.step()
     return policy.eval()
 
 # %% ../nbs/18_robomme.ipynb #e0e10828
 class SubgoalPredictor:
-    "The learned subgoal source: a FrameSamp+Context network classifying the next simple and grounded subgoal strings."
+    ("The learned subgoal source: a FrameSamp+Context network classifying the next simple and "
+     "grounded subgoal strings.")
     def __init__(self, demos:Demos, seed:int=0, **kw):
         self.classes = {k: sorted(set(getattr(demos, k))) for k in ("simple", "grounded")}
-        self.net = make_variant("FrameSamp+Context", seed=seed, heads_out={k: len(v) for k, v in self.classes.items()}, **kw)
-    def fit(self, demos:Demos, steps:int, batch:int, seed:int=0, device:str="cpu", **kw)->SubgoalPredictor:
+        self.net = make_variant("FrameSamp+Context", seed=seed,
+                                heads_out={k: len(v) for k, v in self.classes.items()}, **kw)
+    def fit(self, demos:Demos, steps:int, batch:int, seed:int=0, device:str="cpu",
+            **kw)->SubgoalPredictor:
         "Train on the demos' subgoal labels."
-        y = {k: np.array([self.classes[k].index(s) for s in getattr(demos, k)]) for k in self.classes}
-        train_policy(self.net, demos, steps, batch, seed=seed, device=device, targets=y, **kw); return self
+        y = {k: np.array([self.classes[k].index(s) for s in getattr(demos, k)])
+             for k in self.classes}
+        train_policy(self.net, demos, steps, batch, seed=seed, device=device, targets=y, **kw)
+        return self
     def predict(self, b:dict)->dict[str, list[str]]:
         "Predicted subgoal strings for a batch (the net's memory inputs)."
         with torch.no_grad(): out = self.net(b)
@@ -768,31 +961,42 @@ def evaluate(policy:TinyVLA,          # a trained policy
              n_per_task:int=50,       # episodes per task
              model_seed:int=0,        # recorded in the table
              name:str|None=None,      # policy name in the table
-             subgoals:str|SubgoalPredictor|None=None, # symbolic policies: "oracle" or a trained SubgoalPredictor
+             subgoals:str|SubgoalPredictor|None=None, # symbolic: "oracle" or a SubgoalPredictor
              device:str="cpu")->pd.DataFrame:
     "Greedy roll-outs of all episodes in one batch; one row per episode with its success."
-    if policy.symbolic and subgoals is None: raise ValueError("a symbolic policy needs subgoals='oracle' or a SubgoalPredictor")
+    if policy.symbolic and subgoals is None:
+        raise ValueError("a symbolic policy needs subgoals='oracle' or a SubgoalPredictor")
     seeds = split_seeds(split)
-    if not 1 <= n_per_task <= len(seeds): raise ValueError(f"n_per_task must be in 1..{len(seeds)}, got {n_per_task}")
+    if not 1 <= n_per_task <= len(seeds):
+        raise ValueError(f"n_per_task must be in 1..{len(seeds)}, got {n_per_task}")
     envs = [MiniMMEEnv(check_task(t), s) for t in tasks for s in seeds[:n_per_task]]
     bank, seqs, infos, states, bufs, drops = FrameBank(4096), [], [], [], [], []
     use_drop = policy.memory == "TokenDrop"
     for e in envs:
-        obs, info = e.reset(); seqs.append([bank.add(f) for f in obs["front_rgb_list"]]); infos.append(info); states.append(obs["state_list"][-1])
+        obs, info = e.reset()
+        seqs.append([bank.add(f) for f in obs["front_rgb_list"]])
+        infos.append(info)
+        states.append(obs["state_list"][-1])
         if use_drop:
-            buf = TokenDropBuffer(); [buf.add(f, bank.tok[i]) for f, i in enumerate(seqs[-1])]; bufs.append(buf)
+            buf = TokenDropBuffer()
+            [buf.add(f, bank.tok[i]) for f, i in enumerate(seqs[-1])]
+            bufs.append(buf)
     policy.to(device).eval(); active = list(range(len(envs)))
     while active:
         dr = [bufs[i].select(len(seqs[i]) - 1, policy.budget) for i in active] if use_drop else None
-        b = {"goal": np.array([tokenize(infos[i]["task_goal"][0], L_GOAL) for i in active]), "state": np.array([states[i] for i in active]).astype(np.int64),
+        b = {"goal": np.array([tokenize(infos[i]["task_goal"][0], L_GOAL) for i in active]),
+             "state": np.array([states[i] for i in active]).astype(np.int64),
              "cur": bank.tok[[seqs[i][-1] for i in active]].astype(np.float32) / 255.}
-        if policy.memory != "none": b.update(memory_inputs(policy, [seqs[i] for i in active], bank.tok, bank.pooled, dr))
+        if policy.memory != "none":
+            b.update(memory_inputs(policy, [seqs[i] for i in active], bank.tok, bank.pooled, dr))
         tb = {k: torch.as_tensor(np.ascontiguousarray(v)).to(device) for k, v in b.items()}
         if policy.symbolic:
             key = f"{policy.symbolic}_subgoal_online"
             if subgoals == "oracle": sg = [infos[i][key] for i in active]
             else:
-                pb = dict(tb); pb.update({k: torch.as_tensor(v).to(device) for k, v in memory_inputs(subgoals.net, [seqs[i] for i in active], bank.tok, bank.pooled).items()})
+                mi = memory_inputs(subgoals.net, [seqs[i] for i in active], bank.tok, bank.pooled)
+                pb = dict(tb)
+                pb.update({k: torch.as_tensor(v).to(device) for k, v in mi.items()})
                 sg = subgoals.predict(pb)[policy.symbolic]
             tb["sg"] = torch.as_tensor(np.array([tokenize(s, L_SG) for s in sg])).to(device)
         with torch.no_grad(): out = policy(tb)
@@ -801,98 +1005,149 @@ def evaluate(policy:TinyVLA,          # a trained policy
         for i, v, c in zip(active, verbs, cells):
             obs, r, term, trunc, info = envs[i].step((VERBS[v], c)); infos[i] = info
             if term or trunc: continue
-            seqs[i].append(bank.add(obs["front_rgb_list"][-1])); states[i] = obs["state_list"][-1]; still.append(i)
+            seqs[i].append(bank.add(obs["front_rgb_list"][-1]))
+            states[i] = obs["state_list"][-1]
+            still.append(i)
             if use_drop: bufs[i].add(len(seqs[i]) - 1, bank.tok[seqs[i][-1]])
         active = still
-    return pd.DataFrame([dict(policy=name or policy.memory, model_seed=model_seed, task=e.task, suite=SUITE_OF[e.task], seed=e.seed,
-                              difficulty=e.difficulty, success=float(e.status == "success"), status=e.status) for e in envs])
+    return pd.DataFrame([dict(policy=name or policy.memory, model_seed=model_seed, task=e.task,
+                              suite=SUITE_OF[e.task], seed=e.seed, difficulty=e.difficulty,
+                              success=float(e.status == "success"), status=e.status) for e in envs])
 
 # %% ../nbs/18_robomme.ipynb #f0a87d91
 def summarize(df:pd.DataFrame, # rows with policy, model_seed, task, success (as `evaluate` returns)
              )->pd.DataFrame:
-    "Success per task, per suite (mean of its tasks) and overall (mean of all tasks): mean and std over model seeds."
+    ("Success per task, per suite (mean of its tasks) and overall (mean of all tasks): mean and "
+     "std over model seeds.")
     need = {"policy", "model_seed", "task", "success"}
-    if not need <= set(df.columns): raise ValueError(f"summarize needs columns {sorted(need)}, got {sorted(df.columns)}")
+    if not need <= set(df.columns):
+        raise ValueError(f"summarize needs columns {sorted(need)}, got {sorted(df.columns)}")
     per = df.groupby(["policy", "model_seed", "task"]).success.mean().reset_index()
     per["suite"] = per.task.map(SUITE_OF)
     suite = per.groupby(["policy", "model_seed", "suite"]).success.mean().reset_index()
-    overall = per.groupby(["policy", "model_seed"]).success.mean().reset_index().assign(name="overall")
-    rows = pd.concat([per.rename(columns={"task": "name"})[["policy", "model_seed", "name", "success"]],
-                      suite.rename(columns={"suite": "name"})[["policy", "model_seed", "name", "success"]], overall])
-    out = rows.groupby(["policy", "name"]).success.agg(mean="mean", std=lambda x: x.std(ddof=0), n_seeds="count").reset_index()
+    overall = per.groupby(["policy", "model_seed"]).success.mean().reset_index()
+    overall = overall.assign(name="overall")
+    rows = pd.concat([
+        per.rename(columns={"task": "name"})[["policy", "model_seed", "name", "success"]],
+                      suite.rename(columns={"suite": "name"})[[
+                          "policy", "model_seed", "name", "success"
+                      ]],
+                      overall])
+    out = rows.groupby(["policy", "name"]).success.agg(mean="mean", std=lambda x: x.std(ddof=0),
+                                                       n_seeds="count").reset_index()
     order = {n: i for i, n in enumerate(TASK_LIST + list(TASKS) + ["overall"])}
-    return out.sort_values(["policy", "name"], key=lambda c: c.map(order) if c.name == "name" else c).reset_index(drop=True)
+    return out.sort_values(
+        ["policy", "name"], key=lambda c: c.map(order) if c.name == "name" else c
+    ).reset_index(drop=True)
 
 # %% ../nbs/18_robomme.ipynb #6b41683c
 class RealRoboMMEHarness:
-    "Evaluate a policy on the real RoboMME benchmark with the loop of the repository's `scripts/evaluation.py`."
-    def __init__(self, policy_fn:Callable,          # policy_fn(task, episode, model_seed) -> act(obs, info) -> action
-                 action_space:str="joint_angle",    # "joint_angle", "ee_pose" or "waypoint" ("multi_choice" is refused)
+    ("Evaluate a policy on the real RoboMME benchmark with the loop of the repository's "
+     "`scripts/evaluation.py`.")
+    def __init__(self, policy_fn:Callable,       # (task, episode, model_seed) -> act(obs, info)
+                 action_space:str="joint_angle", # joint_angle, ee_pose or waypoint
                  dataset:str="test", max_steps:int=1300, model_seeds:Sequence[int]=(7, 42, 0),
-                 builder_cls=None):                 # BenchmarkEnvBuilder; default: imported from the `robomme` package
-        if action_space == "multi_choice": raise ValueError("action_space 'multi_choice' leaks ground truth and is not allowed on the leaderboard")
-        if action_space not in ("joint_angle", "ee_pose", "waypoint"): raise ValueError(f"action_space must be joint_angle, ee_pose or waypoint, got {action_space!r}")
+                 # BenchmarkEnvBuilder; default: imported from the `robomme` package
+                 builder_cls=None):
+        if action_space == "multi_choice": raise ValueError("action_space 'multi_choice' leaks "
+                                                            "ground truth and is not allowed on "
+                                                            "the leaderboard")
+        if action_space not in ("joint_angle", "ee_pose", "waypoint"):
+            raise ValueError("action_space must be joint_angle, ee_pose or waypoint, got "
+                             f"{action_space!r}")
         if builder_cls is None:
             try: builder_cls = importlib.import_module("robomme").BenchmarkEnvBuilder
             except (ImportError, AttributeError) as e:
-                raise ImportError("RealRoboMMEHarness needs the `robomme` package (github.com/RoboMME/robomme_benchmark) with ManiSkill; "
+                raise ImportError("RealRoboMMEHarness needs the `robomme` package "
+                                  "(github.com/RoboMME/robomme_benchmark) with ManiSkill; "
                                   "or pass builder_cls") from e
-        self.policy_fn, self.action_space, self.dataset, self.max_steps, self.model_seeds, self.builder_cls = \
-            policy_fn, action_space, dataset, max_steps, tuple(model_seeds), builder_cls
+        self.policy_fn, self.action_space, self.dataset = policy_fn, action_space, dataset
+        self.max_steps, self.model_seeds = max_steps, tuple(model_seeds)
+        self.builder_cls = builder_cls
     def run(self, tasks:Sequence[str]|None=None, max_episodes:int|None=None)->pd.DataFrame:
         "One row per (model seed, task, episode); `status == 'error'` counts as a failure."
         rows = []
         for ms in self.model_seeds:
             for task in tasks or self.builder_cls.get_task_list():
-                bld = self.builder_cls(env_id=task, dataset=self.dataset, action_space=self.action_space, max_steps=self.max_steps)
+                bld = self.builder_cls(env_id=task, dataset=self.dataset,
+                                       action_space=self.action_space, max_steps=self.max_steps)
                 for i in range(min(bld.get_episode_num(), max_episodes or 10**9)):
-                    env = bld.make_env_for_episode(i); obs, info = env.reset(); act = self.policy_fn(task, i, ms); status = info.get("status", "ongoing")
+                    env = bld.make_env_for_episode(i)
+                    obs, info = env.reset()
+                    act = self.policy_fn(task, i, ms)
+                    status = info.get("status", "ongoing")
                     while True:
-                        obs, r, term, trunc, info = env.step(act(obs, info)); status = info.get("status", "ongoing")
+                        obs, r, term, trunc, info = env.step(act(obs, info))
+                        status = info.get("status", "ongoing")
                         if status == "error" or term or trunc: break
-                    rows.append(dict(policy="real", model_seed=ms, task=task, suite=SUITE_OF.get(task, "?"), seed=i, success=float(status == "success"), status=status))
+                    rows.append(dict(policy="real", model_seed=ms, task=task,
+                                     suite=SUITE_OF.get(task, "?"), seed=i,
+                                     success=float(status == "success"), status=status))
         return pd.DataFrame(rows)
     @staticmethod
     def submission_table(df:pd.DataFrame)->pd.DataFrame:
-        "The README's table: success per task and suite (rows) for each model seed, and their average."
+        ("The README's table: success per task and suite (rows) for each model seed, and their "
+         "average.")
         per = df.groupby(["task", "model_seed"]).success.mean().unstack("model_seed")
-        per.index = pd.MultiIndex.from_tuples([(SUITE_OF.get(t, "?"), t) for t in per.index], names=["suite", "task"])
-        suites = per.groupby(level="suite").mean(); suites.index = pd.MultiIndex.from_tuples([(s, "(suite)") for s in suites.index])
-        out = pd.concat([per, suites, per.mean().to_frame("overall").T.set_axis(pd.MultiIndex.from_tuples([("overall", "")]))])
+        per.index = pd.MultiIndex.from_tuples([(SUITE_OF.get(t, "?"), t) for t in per.index],
+                                              names=["suite", "task"])
+        suites = per.groupby(level="suite").mean()
+        suites.index = pd.MultiIndex.from_tuples([(s, "(suite)") for s in suites.index])
+        out = pd.concat([
+            per, suites,
+            per.mean().to_frame("overall").T.set_axis(pd.MultiIndex.from_tuples([("overall", "")]))
+        ])
         out["Avg"] = out.mean(axis=1)
         return (100 * out).round(2)
 
 # %% ../nbs/18_robomme.ipynb #44cdfae7
-H5_STEP_FIELDS = {"obs": ["front_rgb", "joint_state", "eef_state", "gripper_state"], "action": ["joint_action", "eef_action", "waypoint_action"],
+H5_STEP_FIELDS = {"obs": ["front_rgb", "joint_state", "eef_state", "gripper_state"],
+                  "action": ["joint_action", "eef_action", "waypoint_action"],
                   "info": ["simple_subgoal", "grounded_subgoal", "is_video_demo"]}
 class H5DemoReader:
-    "Read the released demonstrations `record_dataset_<EnvID>.h5` (fields of the repository's doc/h5_data_format.md)."
-    def __init__(self, root:str|Path, opener:Callable|None=None): # opener(path) -> h5py.File-like mapping; default h5py.File
-        self.root = Path(root)
-        if not self.root.is_dir(): raise FileNotFoundError(f"{self.root} is not a folder with record_dataset_<EnvID>.h5 files")
-        self.files = {p.stem[len("record_dataset_"):]: p for p in sorted(self.root.glob("record_dataset_*.h5"))}
-        if not self.files: raise FileNotFoundError(f"no record_dataset_<EnvID>.h5 in {self.root}")
+    ("Read the released demonstrations `record_dataset_<EnvID>.h5` (fields of the repository's "
+     "doc/h5_data_format.md).")
+    def __init__(self, data_dir:str|Path,          # folder with the record_dataset_<EnvID>.h5 files
+                 opener:Callable|None=None):      # path -> h5py.File-like; default h5py.File
+        self.data_dir = Path(data_dir)
+        if not self.data_dir.is_dir():
+            raise FileNotFoundError(f"{self.data_dir} is not a folder with "
+                                    "record_dataset_<EnvID>.h5 files")
+        found = sorted(self.data_dir.glob("record_dataset_*.h5"))
+        self.files = {p.stem[len("record_dataset_"):]: p for p in found}
+        if not self.files:
+            raise FileNotFoundError(f"no record_dataset_<EnvID>.h5 in {self.data_dir}")
         if opener is None:
             try: opener = importlib.import_module("h5py").File
-            except ImportError as e: raise ImportError("H5DemoReader needs h5py (pip install h5py), or pass opener") from e
+            except ImportError as e: raise ImportError("H5DemoReader needs h5py (pip install "
+                                                       "h5py), or pass opener") from e
         self.opener = opener
     @property
     def tasks(self)->list[str]: return list(self.files)
     def episodes(self, task:str)->list[dict]:
-        "Every episode of `task`: its setup and per-timestep obs, action and info, as numpy arrays and strings."
+        ("Every episode of `task`: its setup and per-timestep obs, action and info, as numpy "
+         "arrays and strings.")
         if task not in self.files: raise ValueError(f"no file for task {task!r}; have {self.tasks}")
         f, out = self.opener(self.files[task]), []
-        for ek in sorted((k for k in f.keys() if k.startswith("episode_")), key=lambda k: int(k.split("_")[1])):
+        for ek in sorted((k for k in f.keys() if k.startswith("episode_")),
+                         key=lambda k: int(k.split("_")[1])):
             ep = f[ek]
-            if "setup" not in ep: raise ValueError(f"{self.files[task].name}/{ek}: missing group 'setup'")
-            setup = {k: _h5val(ep["setup"][k]) for k in ("seed", "difficulty", "task_goal") if k in ep["setup"]}
+            if "setup" not in ep:
+                raise ValueError(f"{self.files[task].name}/{ek}: missing group 'setup'")
+            setup = {k: _h5val(ep["setup"][k]) for k in ("seed", "difficulty", "task_goal")
+                     if k in ep["setup"]}
             steps = []
-            for tk in sorted((k for k in ep.keys() if k.startswith("timestep_")), key=lambda k: int(k.split("_")[1])):
+            for tk in sorted((k for k in ep.keys() if k.startswith("timestep_")),
+                             key=lambda k: int(k.split("_")[1])):
                 st = {}
                 for grp, names in H5_STEP_FIELDS.items():
-                    if grp not in ep[tk]: raise ValueError(f"{self.files[task].name}/{ek}/{tk}: missing group {grp!r} (expected {names})")
+                    if grp not in ep[tk]: raise ValueError(f"{self.files[task].name}/{ek}/{tk}: "
+                                                           f"missing group {grp!r} (expected "
+                                                           f"{names})")
                     for n in names:
-                        if n not in ep[tk][grp]: raise ValueError(f"{self.files[task].name}/{ek}/{tk}/{grp}: missing field {n!r}")
+                        if n not in ep[tk][grp]:
+                            raise ValueError(f"{self.files[task].name}/{ek}/{tk}/{grp}: missing "
+                                             f"field {n!r}")
                         st[n] = _h5val(ep[tk][grp][n])
                 steps.append(st)
             out.append({"episode": ek, **setup, "steps": steps})

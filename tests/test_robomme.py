@@ -172,6 +172,12 @@ def test_modulator_identity_and_policies():
     with pytest.raises(ValueError, match="unknown task"): MiniMMEEnv("Pickxtimes", 2000)
     with pytest.raises(ValueError, match="in no split"): MiniMMEEnv("PickXtimes", 100)
     with pytest.raises(ValueError, match="subgoals"): evaluate(make_variant("GroundSG"), ["PickXtimes"], n_per_task=1)
+    with pytest.raises(ValueError, match="d divisible by heads"): TinyVLA(d=30, heads=4)
+    with pytest.raises(ValueError, match="budget >= 16"): TinyVLA(budget=8)
+    with pytest.raises(ValueError, match="integration must be None"): TinyVLA(memory="FrameSamp", integration="Film")
+    with pytest.raises(ValueError, match="n_per_task must be in"): evaluate(make_variant("none"), ["PickXtimes"], n_per_task=0)
+    d2 = collect_demos(["PickXtimes"], n_per_task=1)
+    with pytest.raises(ValueError, match="steps and batch must be >= 1"): train_policy(make_variant("none"), d2, 0, 8)
 
 def test_summarize_known_values():
     df = pd.DataFrame([dict(policy="A", model_seed=s, task=t, success=v) for s, t, vs in [
