@@ -29,7 +29,8 @@ __all__ = ['RULES', 'RULE_TEXT', 'RULE_KEY', 'RULE_KIND', 'PREDICATES', 'PRED_TE
 # %% ../nbs/07_skillpro.ipynb #25206147
 @dataclass(eq=False)
 class Skill:
-    "A skill as an option: when to start (initiation I), what to do (policy steps), when to stop (termination), and its statistics."
+    ("A skill as an option: when to start (initiation I), what to do (policy steps), when to stop "
+     "(termination), and its statistics.")
     name: str                    # unique name; refined versions are `base_v{k}`
     initiation: str              # I: "IF ... AND ..."
     policy: list                 # pi: 1-5 step sentences
@@ -41,41 +42,71 @@ class Skill:
     last_evolved_iter: int = -99 # iteration of its last accepted evolution
     version: int = 0             # k of `base_v{k}`
     parent_id: str = ""          # name of the parent (REFINE) or "" (seed or NEW)
-    buffer: list = field(default_factory=list, repr=False)   # episodes that used it since its last evolution
+    buffer: list = field(default_factory=list, repr=False)  # episodes since its last evolution
 
     def __post_init__(self):
-        if isinstance(self.policy, str): raise TypeError(f"skill {self.name!r}: policy must be a list of step sentences, not one string")
+        if isinstance(self.policy, str):
+            raise TypeError(
+                f"skill {self.name!r}: policy must be a list of step sentences, not one string"
+            )
         self.policy = [str(p).strip() for p in self.policy if str(p).strip()]
-        if not self.policy: raise ValueError(f"skill {self.name!r} has an empty policy: give 1-5 non-empty step sentences")
+        if not self.policy:
+            raise ValueError(
+                f"skill {self.name!r} has an empty policy: give 1-5 non-empty step sentences"
+            )
 
-    def update_stats(self, reward:float,       # episode return R
-                     baseline:float,           # task baseline b
-                     total_calls:int,          # m: skill calls of every skill in the episode
-                     calls_of_this:int=1):     # c: calls of this skill in the episode
+    def update_stats(
+        self,
+        reward: float,  # episode return R
+        baseline: float,  # task baseline b
+        total_calls: int,  # m: skill calls of every skill in the episode
+        calls_of_this: int = 1,  # c: calls of this skill in the episode
+    ):
         "Credit c of the episode's m calls: $G \\mathrel{+}= c\\,(R-b)/m$, $N \\mathrel{+}= c$."
         if total_calls < 1 or calls_of_this < 0 or calls_of_this > total_calls:
-            raise ValueError(f"need 0 <= calls_of_this <= total_calls and total_calls >= 1, got {calls_of_this}, {total_calls}")
-        g = (reward - baseline)/total_calls                      # per-call credit
-        self.total_gain += calls_of_this*g
+            raise ValueError(
+                f"need 0 <= calls_of_this <= total_calls and total_calls >= 1, got "
+                f"{calls_of_this}, {total_calls}"
+            )
+        g = (reward - baseline) / total_calls  # per-call credit
+        self.total_gain += calls_of_this * g
         self.frequency += calls_of_this
-        self.avg_gain = self.total_gain/max(self.frequency, 1)
+        self.avg_gain = self.total_gain / max(self.frequency, 1)
         return self
 
-    def render(self)->str:
+    def render(self) -> str:
         "The skill as it is injected into the decision prompt."
-        steps = "\n".join(f"  {i+1}. {p}" for i, p in enumerate(self.policy))
-        return f"Skill: {self.name}\nWhen: {self.initiation}\nStrategy:\n{steps}\nStop: {self.termination}"
+        steps = "\n".join(f"  {i + 1}. {p}" for i, p in enumerate(self.policy))
+        return (
+            f"Skill: {self.name}\nWhen: {self.initiation}\nStrategy:\n{steps}\n"
+            f"Stop: {self.termination}"
+        )
 
-    def copy(self, **kw)->Skill:
+    def copy(self, **kw) -> Skill:
         "A fresh copy (new statistics unless given) with some fields replaced."
-        d = dict(name=self.name, initiation=self.initiation, policy=list(self.policy), termination=self.termination,
-                 version=self.version, parent_id=self.parent_id)
+        d = dict(
+            name=self.name,
+            initiation=self.initiation,
+            policy=list(self.policy),
+            termination=self.termination,
+            version=self.version,
+            parent_id=self.parent_id,
+        )
         return Skill(**(d | kw))
 
-    def snapshot(self)->dict:
+    def snapshot(self) -> dict:
         "Text and statistics, JSON-ready."
-        return dict(name=self.name, initiation=self.initiation, policy=list(self.policy), termination=self.termination,
-                    frequency=self.frequency, avg_gain=round(self.avg_gain, 6), maturity=self.maturity, version=self.version, parent_id=self.parent_id)
+        return dict(
+            name=self.name,
+            initiation=self.initiation,
+            policy=list(self.policy),
+            termination=self.termination,
+            frequency=self.frequency,
+            avg_gain=round(self.avg_gain, 6),
+            maturity=self.maturity,
+            version=self.version,
+            parent_id=self.parent_id,
+        )
 
 # %% ../nbs/07_skillpro.ipynb #3cddb28d
 def lcb(skill:Skill, t:int, c:float=0.2)->float:
@@ -83,46 +114,80 @@ def lcb(skill:Skill, t:int, c:float=0.2)->float:
     return skill.avg_gain - c*math.sqrt(math.log1p(max(t, 0))/max(skill.frequency, 1))
 
 def epsilon_schedule(t:int, eps0:float=0.3, eps_end:float=0.05, horizon:int=100)->float:
-    "Exploration rate $\\varepsilon_t = \\varepsilon_0 + \\min(t/H, 1)(\\varepsilon_{end}-\\varepsilon_0)$ (run.py)."
+    ("Exploration rate $\\varepsilon_t = \\varepsilon_0 + \\min(t/H, "
+     "1)(\\varepsilon_{end}-\\varepsilon_0)$ (run.py).")
     if t < 0: raise ValueError(f"iteration t must be >= 0, got {t}")
     return eps0 + min(t/horizon, 1.0)*(eps_end - eps0)
 
-def evolution_priority(skill:Skill, pool:Sequence[Skill], t:int, n_min:int=15, cooldown:int=3, gap_tol:float=0.01)->float:
-    "Which ready parent to evolve first: large, recently unevolved skills that trail the best mature skill."
+def evolution_priority(
+    skill: Skill,
+    pool: Sequence[Skill],
+    t: int,
+    n_min: int = 15,
+    cooldown: int = 3,
+    gap_tol: float = 0.01,
+) -> float:
+    ("Which ready parent to evolve first: large, recently unevolved skills that trail the best "
+     "mature skill.")
     N = skill.frequency
-    if N < n_min: return 0.0
-    if t - skill.last_evolved_iter < cooldown: return -0.01
+    if N < n_min:
+        return 0.0
+    if t - skill.last_evolved_iter < cooldown:
+        return -0.01
     mature = [s.avg_gain for s in pool if s.frequency >= n_min]
     gap = max(0.0, max(mature) - skill.avg_gain)
-    if gap <= gap_tol: return 0.0
-    return (1 - math.exp(-N/50))*(1 - math.exp(-N/30))*gap*math.exp(-skill.maturity/8)
+    if gap <= gap_tol:
+        return 0.0
+    return (1 - math.exp(-N / 50)) * (1 - math.exp(-N / 30)) * gap * math.exp(-skill.maturity / 8)
 
 # %% ../nbs/07_skillpro.ipynb #e11519f2
 class HigherLower:
-    "Guess a hidden integer in 1..N with at most `max_guesses` guesses; feedback is higher / lower / correct. Runs a batch of episodes at once."
+    ("Guess a hidden integer in 1..N with at most `max_guesses` guesses; feedback is higher / "
+     "lower / correct. Runs a batch of episodes at once.")
     FB = {0: "none", 1: "higher", -1: "lower", 2: "correct"}
     def __init__(self, N:int=32, max_guesses:int=8):
-        if N < 2 or max_guesses < 1: raise ValueError(f"need N >= 2 and max_guesses >= 1, got N={N}, max_guesses={max_guesses}")
+        if N < 2 or max_guesses < 1:
+            raise ValueError(
+                f"need N >= 2 and max_guesses >= 1, got N={N}, max_guesses={max_guesses}"
+            )
         self.N, self.max_guesses = N, max_guesses
 
-    def reset(self, h:np.ndarray)->dict:
+    def reset(self, h: np.ndarray) -> dict:
         "Start one episode per hidden number in `h` (B,); the state is a dict of (B, ...) arrays."
         h = np.asarray(h, dtype=np.int64)
-        if h.ndim != 1 or h.min() < 1 or h.max() > self.N: raise ValueError(f"hidden numbers must be a 1-d array in 1..{self.N}")
+        if h.ndim != 1 or h.min() < 1 or h.max() > self.N:
+            raise ValueError(f"hidden numbers must be a 1-d array in 1..{self.N}")
         B = len(h)
-        return dict(h=h, turn=np.zeros(B, np.int64), last=np.zeros(B, np.int64), fb=np.zeros(B, np.int64),
-                    lo=np.ones(B, np.int64), hi=np.full(B, self.N, np.int64), past=np.zeros((B, self.N + 1), bool),
-                    done=np.zeros(B, bool), ret=np.zeros(B))
+        return dict(
+            h=h,
+            turn=np.zeros(B, np.int64),
+            last=np.zeros(B, np.int64),
+            fb=np.zeros(B, np.int64),
+            lo=np.ones(B, np.int64),
+            hi=np.full(B, self.N, np.int64),
+            past=np.zeros((B, self.N + 1), bool),
+            done=np.zeros(B, bool),
+            ret=np.zeros(B),
+        )
 
     def success_return(self, guesses):
         "Return of a success after `guesses` guesses: $1 - 0.5\\,(g-1)/(G-1)$."
-        return 1 - 0.5*(np.asarray(guesses) - 1)/max(self.max_guesses - 1, 1)
+        return 1 - 0.5 * (np.asarray(guesses) - 1) / max(self.max_guesses - 1, 1)
 
-    def step(self, S:dict, a:np.ndarray)->dict:
+    def step(self, S: dict, a: np.ndarray) -> dict:
         "Apply guesses `a` (B,) to the live episodes; finished ones are left as they are."
-        a = np.asarray(a, dtype=np.int64); live = ~S["done"]
+        a = np.asarray(a, dtype=np.int64)
+        live = ~S["done"]
+        if a.shape != S["h"].shape:
+            raise ValueError(
+                f"a must hold one guess per episode, shape {S['h'].shape}, got {a.shape}"
+            )
+        if live.any() and (a[live].min() < 1 or a[live].max() > self.N):
+            raise ValueError(f"guesses must lie in 1..{self.N}")
         S = {k: v.copy() for k, v in S.items()}
-        r = np.arange(len(a))[live]; g = a[live]; h = S["h"][live]
+        r = np.arange(len(a))[live]
+        g = a[live]
+        h = S["h"][live]
         S["past"][r, g] = True
         fb = np.where(g == h, 2, np.where(g < h, 1, -1))
         S["fb"][live], S["last"][live] = fb, g
@@ -134,27 +199,39 @@ class HigherLower:
         S["done"][live] = win | (S["turn"][live] >= self.max_guesses)
         return S
 
-    def render(self, S:dict, i:int=0)->str: return render_state(S, i)
+    def render(self, S: dict, i: int = 0) -> str:
+        return render_state(S, i)
 
-def render_state(S:dict, i:int=0)->str:
+
+def render_state(S: dict, i: int = 0) -> str:
     "Text of episode `i`'s state, as an LLM agent reads it."
     N, past = S["past"].shape[1] - 1, [int(x) for x in np.flatnonzero(S["past"][i])]
     fb = HigherLower.FB[int(S["fb"][i])]
-    return (f"Guess the hidden number between 1 and {N}. Turn {int(S['turn'][i]) + 1}.\n"
-            + (f"Your last guess was {int(S['last'][i])} and the feedback was: {fb}.\n" if S["turn"][i] > 0 else "No guesses yet.\n")
-            + (f"Past guesses: {past}.\n" if past else ""))
+    return (
+        f"Guess the hidden number between 1 and {N}. Turn {int(S['turn'][i]) + 1}.\n"
+        + (
+            f"Your last guess was {int(S['last'][i])} and the feedback was: {fb}.\n"
+            if S["turn"][i] > 0
+            else "No guesses yet.\n"
+        )
+        + (f"Past guesses: {past}.\n" if past else "")
+    )
 
-def take_rows(S:dict, idx)->dict:
+
+def take_rows(S: dict, idx) -> dict:
     "Rows `idx` of a batch state."
     return {k: v[idx] for k, v in S.items()}
 
-def cat_states(states:Sequence[dict])->dict:
+
+def cat_states(states: Sequence[dict]) -> dict:
     "Stack batch states along the batch axis."
     return {k: np.concatenate([s[k] for s in states]) for k in states[0]}
 
 # %% ../nbs/07_skillpro.ipynb #dc4b45ce
-RULES = {   # sentence -> (key, kind); the effect of each key is in `rule_effects`, hidden from the critic
-    "Keep every guess inside the interval that is consistent with all feedback so far.": ("interval", "helpful"),
+# sentence -> (key, kind); the effect of each key is in `rule_effects`, hidden from the critic
+RULES = {
+    "Keep every guess inside the interval that is consistent with all feedback so far.":
+        ("interval", "helpful"),
     "Guess the middle of the remaining interval.": ("middle", "helpful"),
     "Never repeat a previous guess.": ("no_repeat", "helpful"),
     "Follow the direction of the last feedback.": ("direction", "helpful"),
@@ -173,16 +250,20 @@ RULE_KIND = [kind for _, kind in RULES.values()]
 _NORM = lambda s: re.sub(r"^\s*(s\d+:|\d+[.)])\s*", "", str(s).strip().lower()).rstrip(".")
 _RULE_INDEX = {_NORM(t): i for i, t in enumerate(RULE_TEXT)}
 
-def rule_vector(skill:Skill|None)->np.ndarray:
-    "Indicator (R,) of the library rules among a skill's policy steps (other sentences have no effect)."
+
+def rule_vector(skill: Skill | None) -> np.ndarray:
+    ("Indicator (R,) of the library rules among a skill's policy steps (other sentences have no "
+     "effect).")
     v = np.zeros(len(RULE_TEXT))
     if skill is not None:
         for p in skill.policy:
             i = _RULE_INDEX.get(_NORM(p))
-            if i is not None: v[i] = 1.0
+            if i is not None:
+                v[i] = 1.0
     return v
 
-PREDICATES = {   # condition text -> test on a batch state
+
+PREDICATES = {  # condition text -> test on a batch state
     "this is the first turn": lambda S: S["turn"] == 0,
     "feedback from a previous guess is available": lambda S: S["turn"] > 0,
     "at most 4 numbers remain in the interval": lambda S: S["hi"] - S["lo"] + 1 <= 4,
@@ -193,129 +274,224 @@ PREDICATES = {   # condition text -> test on a batch state
 }
 PRED_TEXT = list(PREDICATES)
 
-def condition(text:str, S:dict, empty:bool=True)->np.ndarray:
-    "Evaluate an 'IF a AND b' / 'Stop IF a' text on a batch state; unknown clauses count as true, an empty text as `empty`."
+
+def condition(text: str, S: dict, empty: bool = True) -> np.ndarray:
+    ("Evaluate an 'IF a AND b' / 'Stop IF a' text on a batch state; unknown clauses count as "
+     "true, an empty text as `empty`.")
     t = re.sub(r"^\s*(stop\s+)?if\s+", "", str(text).strip().lower()).rstrip(".")
     B = len(S["turn"])
-    if not t: return np.full(B, empty)
+    if not t:
+        return np.full(B, empty)
     out = np.ones(B, bool)
     for clause in re.split(r"\s+and\s+", t):
         f = PREDICATES.get(clause.strip().strip("'\""))
-        if f is not None: out &= f(S)
+        if f is not None:
+            out &= f(S)
     return out
 
 # %% ../nbs/07_skillpro.ipynb #23025779
 class SimLLM:
-    "A stand-in LLM agent with explicit log-probs: softmax over guesses 1..N of base(s, a) + the hidden effects of the skill's rules, at temperature tau."
-    def __init__(self, tau:float=1.0, favourites=(7, 13, 21), effect_scale=None, name:str="SimLLM-A"):
-        if tau <= 0: raise ValueError(f"tau must be > 0, got {tau}")
+    ("A stand-in LLM agent with explicit log-probs: softmax over guesses 1..N of base(s, a) + the "
+     "hidden effects of the skill's rules, at temperature tau.")
+
+    def __init__(
+        self, tau: float = 1.0, favourites=(7, 13, 21), effect_scale=None, name: str = "SimLLM-A"
+    ):
+        if tau <= 0:
+            raise ValueError(f"tau must be > 0, got {tau}")
         self.tau, self.favourites, self.name = tau, tuple(favourites), name
-        self.effect_scale = np.ones(len(RULE_TEXT)) if effect_scale is None else np.asarray(effect_scale, float)
+        self.effect_scale = (
+            np.ones(len(RULE_TEXT)) if effect_scale is None else np.asarray(effect_scale, float)
+        )
 
     @classmethod
     def variant_b(cls):
-        "SimLLM-B: other favourites, tau x 1.5 and other rule-effect magnitudes (cross-agent transfer)."
+        ("SimLLM-B: other favourites, tau x 1.5 and other rule-effect magnitudes (cross-agent "
+         "transfer).")
         scale = np.random.default_rng(12345).uniform(0.6, 1.4, len(RULE_TEXT))
         return cls(tau=1.5, favourites=(3, 17, 28), effect_scale=scale, name="SimLLM-B")
 
-    def base(self, S:dict)->np.ndarray:
-        "The naive agent (B, N): likes guesses near its last one and its favourites, and uses feedback at half weight."
-        N = S["past"].shape[1] - 1; A = np.arange(1, N + 1)[None]
+    def base(self, S: dict) -> np.ndarray:
+        ("The naive agent (B, N): likes guesses near its last one and its favourites, and uses "
+         "feedback at half weight.")
+        N = S["past"].shape[1] - 1
+        A = np.arange(1, N + 1)[None]
         last, lo, hi = S["last"][:, None], S["lo"][:, None], S["hi"][:, None]
-        near = np.where(last > 0, -4.8*np.abs(A - last)/N, 0.0)
-        inside = ((A >= lo) & (A <= hi))*(S["turn"][:, None] > 0)
-        return near + 1.0*np.isin(A, self.favourites) + 0.7*inside + 0.8*(A == last)
+        near = np.where(last > 0, -4.8 * np.abs(A - last) / N, 0.0)
+        inside = ((A >= lo) & (A <= hi)) * (S["turn"][:, None] > 0)
+        return near + 1.0 * np.isin(A, self.favourites) + 0.7 * inside + 0.8 * (A == last)
 
-    def effects(self, S:dict, used=None)->np.ndarray:
-        "Hidden effect (R, B, N) of each library rule on each guess (only rules in `used` are computed)."
-        N = S["past"].shape[1] - 1; A = np.arange(1, N + 1)[None]
-        B = len(S["turn"]); E = np.zeros((len(RULE_TEXT), B, N))
+    def effects(self, S: dict, used=None) -> np.ndarray:
+        ("Hidden effect (R, B, N) of each library rule on each guess (only rules in `used` are "
+         "computed).")
+        N = S["past"].shape[1] - 1
+        A = np.arange(1, N + 1)[None]
+        B = len(S["turn"])
+        E = np.zeros((len(RULE_TEXT), B, N))
         last, lo, hi, fb = S["last"][:, None], S["lo"][:, None], S["hi"][:, None], S["fb"][:, None]
         for i, key in enumerate(RULE_KEY):
-            if used is not None and not used[i]: continue
-            if key == "interval": e = 2.5*((A >= lo) & (A <= hi))
-            elif key == "middle": e = -6.0*np.abs(A - (lo + hi)/2)/np.maximum(hi - lo + 1, 1)
-            elif key == "no_repeat": e = -4.0*S["past"][:, 1:]
-            elif key == "direction": e = 2.0*(((fb == 1) & (A > last)) | ((fb == -1) & (A < last)))
-            elif key == "count_up": e = 4.0*(A == np.where(last > 0, last + 1, 1))
-            elif key == "favourite": e = 2.5*np.isin(A, self.favourites)*np.ones((B, 1))
-            elif key == "big_jump": e = (last > 0)*(4.0*(A == N + 1 - last) + 1.5*(np.abs(A - last) >= N/2))   # across the range, to the mirror guess
-            elif key == "repeat_last": e = 3.0*(A == last)
-            elif key == "edges": e = 3.0*((A == 1) | (A == N))*np.ones((B, 1))
-            else: continue                                              # neutral sentences
-            E[i] = self.effect_scale[i]*e
+            if used is not None and not used[i]:
+                continue
+            if key == "interval":
+                e = 2.5 * ((A >= lo) & (A <= hi))
+            elif key == "middle":
+                e = -6.0 * np.abs(A - (lo + hi) / 2) / np.maximum(hi - lo + 1, 1)
+            elif key == "no_repeat":
+                e = -4.0 * S["past"][:, 1:]
+            elif key == "direction":
+                e = 2.0 * (((fb == 1) & (A > last)) | ((fb == -1) & (A < last)))
+            elif key == "count_up":
+                e = 4.0 * (A == np.where(last > 0, last + 1, 1))
+            elif key == "favourite":
+                e = 2.5 * np.isin(A, self.favourites) * np.ones((B, 1))
+            # across the range, to the mirror guess
+            elif key == "big_jump":
+                e = (last > 0) * (4.0 * (A == N + 1 - last) + 1.5 * (np.abs(A - last) >= N / 2))
+            elif key == "repeat_last":
+                e = 3.0 * (A == last)
+            elif key == "edges":
+                e = 3.0 * ((A == 1) | (A == N)) * np.ones((B, 1))
+            else:
+                continue  # neutral sentences
+            E[i] = self.effect_scale[i] * e
         return E
 
-    def logits(self, S:dict, M:np.ndarray)->np.ndarray:
-        "Logits (B, N) for rule indicators M (B, R): $(\\mathrm{base} + \\sum_{r \\in \\omega} e_r)/\\tau$."
+    def logits(self, S: dict, M: np.ndarray) -> np.ndarray:
+        ("Logits (B, N) for rule indicators M (B, R): $(\\mathrm{base} + \\sum_{r \\in \\omega} "
+         "e_r)/\\tau$.")
         used = M.any(0)
-        return (self.base(S) + np.einsum("br,rbn->bn", M, self.effects(S, used)))/self.tau
+        return (self.base(S) + np.einsum("br,rbn->bn", M, self.effects(S, used))) / self.tau
 
-    def logits_for(self, S:dict, skills:list, idx:np.ndarray, M:np.ndarray|None=None)->np.ndarray:
-        "Logits (B, N) when row b follows `skills[idx[b]]` (None: no skill); `M` caches the skills' rule vectors."
+    def logits_for(
+        self, S: dict, skills: list, idx: np.ndarray, M: np.ndarray | None = None
+    ) -> np.ndarray:
+        ("Logits (B, N) when row b follows `skills[idx[b]]` (None: no skill); `M` caches the "
+         "skills' rule vectors.")
         M = np.stack([rule_vector(s) for s in skills]) if M is None else M
         return self.logits(S, M[idx])
 
-    def probs(self, S:dict, skills)->np.ndarray:
-        "Action probabilities (B, N) with one skill (or None) for every row, or a list of one per row."
+    def probs(self, S: dict, skills) -> np.ndarray:
+        ("Action probabilities (B, N) with one skill (or None) for every row, or a list of one "
+         "per row.")
         return _softmax(self.logits(S, _rows(skills, len(S["turn"]))))
 
-    def logprob(self, S:dict, skills, actions)->np.ndarray:
+    def logprob(self, S: dict, skills, actions) -> np.ndarray:
         "$\\log \\pi(a_t \\mid s_t, \\omega)$ (B,) of the guesses `actions` (B,)."
         lg = self.logits(S, _rows(skills, len(S["turn"])))
+        a = np.asarray(actions)
+        if a.shape != (len(lg),) or (a.size and (a.min() < 1 or a.max() > lg.shape[1])):
+            raise ValueError(
+                f"actions must be ({len(lg)},) guesses in 1..{lg.shape[1]}, got shape {a.shape}"
+            )
         lse = np.log(np.exp(lg - lg.max(1, keepdims=True)).sum(1)) + lg.max(1)
-        return lg[np.arange(len(lg)), np.asarray(actions) - 1] - lse
+        return lg[np.arange(len(lg)), a - 1] - lse
+
 
 def _softmax(lg):
-    p = np.exp(lg - lg.max(1, keepdims=True)); return p/p.sum(1, keepdims=True)
+    p = np.exp(lg - lg.max(1, keepdims=True))
+    return p / p.sum(1, keepdims=True)
+
 
 def _rows(skills, B):
-    if skills is None or isinstance(skills, Skill): return np.repeat(rule_vector(skills)[None], B, 0)
-    if isinstance(skills, np.ndarray): return skills
-    if len(skills) != B: raise ValueError(f"got {len(skills)} skills for {B} states: pass one skill (or None) or one per state")
+    if skills is None or isinstance(skills, Skill):
+        return np.repeat(rule_vector(skills)[None], B, 0)
+    if isinstance(skills, np.ndarray):
+        return skills
+    if len(skills) != B:
+        raise ValueError(
+            f"got {len(skills)} skills for {B} states: pass one skill (or None) or one per state"
+        )
     return np.stack([rule_vector(s) for s in skills])
 
 # %% ../nbs/07_skillpro.ipynb #36cf3da5
 def seed_skills()->list:
-    "The six generic seed skills of the repo, written as sentences of our rule library (several are useless or harmful here)."
+    ("The six generic seed skills of the repo, written as sentences of our rule library (several "
+     "are useless or harmful here).")
     S = lambda *a, **k: Skill(*a, **k)
-    return [S("StructuredCoT", "IF you are playing the number guessing game",
-              ["Think carefully before answering.", "Double-check your reasoning.", "Follow the direction of the last feedback."],
-              "Stop IF at most 4 numbers remain in the interval"),
-            S("ReActDecision", "IF feedback from a previous guess is available",
-              ["Double-check your reasoning.", "Follow the direction of the last feedback.", "Make large jumps across the range."], ""),
-            S("HypothesisElimination", "IF more than 4 numbers remain in the interval AND feedback from a previous guess is available",
-              ["Never repeat a previous guess.", "Count upward from the smallest number."], "Stop IF at most 4 numbers remain in the interval"),
-            S("SelfConsistencyCheck", "IF the last feedback was lower",
-              ["Double-check your reasoning.", "Repeat your last guess to be sure."], ""),
-            S("ExploreExploitArbitration", "IF the last feedback was higher",
-              ["Make large jumps across the range.", "Stay calm and focused."], ""),
-            S("StrategicPlanning", "IF this is the first turn",
-              ["Pick your favourite number.", "Think carefully before answering."], "Stop IF feedback from a previous guess is available")]
+    return [
+        S(
+            "StructuredCoT",
+            "IF you are playing the number guessing game",
+            [
+                "Think carefully before answering.",
+                "Double-check your reasoning.",
+                "Follow the direction of the last feedback.",
+            ],
+            "Stop IF at most 4 numbers remain in the interval",
+        ),
+        S(
+            "ReActDecision",
+            "IF feedback from a previous guess is available",
+            [
+                "Double-check your reasoning.",
+                "Follow the direction of the last feedback.",
+                "Make large jumps across the range.",
+            ],
+            "",
+        ),
+        S(
+            "HypothesisElimination",
+            "IF more than 4 numbers remain in the interval AND feedback from a previous guess is "
+            "available",
+            ["Never repeat a previous guess.", "Count upward from the smallest number."],
+            "Stop IF at most 4 numbers remain in the interval",
+        ),
+        S(
+            "SelfConsistencyCheck",
+            "IF the last feedback was lower",
+            ["Double-check your reasoning.", "Repeat your last guess to be sure."],
+            "",
+        ),
+        S(
+            "ExploreExploitArbitration",
+            "IF the last feedback was higher",
+            ["Make large jumps across the range.", "Stay calm and focused."],
+            "",
+        ),
+        S(
+            "StrategicPlanning",
+            "IF this is the first turn",
+            ["Pick your favourite number.", "Think carefully before answering."],
+            "Stop IF feedback from a previous guess is available",
+        ),
+    ]
 
 # %% ../nbs/07_skillpro.ipynb #191ebae1
 class SkillPool:
     "A bounded pool of skills with selection and score-based maintenance."
     def __init__(self, max_size:int=10, seeds:Sequence[Skill]|None=None):
-        if not isinstance(max_size, int) or max_size < 1: raise ValueError(f"max_size must be an integer >= 1, got {max_size!r}")
+        if not isinstance(max_size, int) or max_size < 1:
+            raise ValueError(f"max_size must be an integer >= 1, got {max_size!r}")
         self.max_size = max_size
         self.skills = list(seed_skills() if seeds is None else seeds)
-        self._emb = {}                                         # initiation text -> embedding
+        self._emb = {}  # initiation text -> embedding
 
-    def __len__(self): return len(self.skills)
-    def names(self): return [s.name for s in self.skills]
-    def t(self)->int: return max([s.maturity for s in self.skills], default=1)
-    def add(self, skill:Skill): self.skills.append(skill)
-    def snapshot(self): return [s.snapshot() for s in self.skills]
+    def __len__(self):
+        return len(self.skills)
+
+    def names(self):
+        return [s.name for s in self.skills]
+
+    def t(self) -> int:
+        return max([s.maturity for s in self.skills], default=1)
+
+    def add(self, skill: Skill):
+        self.skills.append(skill)
+
+    def snapshot(self):
+        return [s.snapshot() for s in self.skills]
+
 
 def _embed(pool, texts, embed_fn):
     miss = [t for t in dict.fromkeys(texts) if t not in pool._emb]
     if miss:
-        for t, e in zip(miss, np.asarray(embed_fn(miss))): pool._emb[t] = e/ (np.linalg.norm(e) + 1e-12)
+        for t, e in zip(miss, np.asarray(embed_fn(miss))):
+            pool._emb[t] = e / (np.linalg.norm(e) + 1e-12)
     return np.stack([pool._emb[t] for t in texts])
 
 # %% ../nbs/07_skillpro.ipynb #5318440d
-MIN_GAIN, WARMUP = -0.015, 3   # run.py / skill_pool.py: keep the choice only if avg_gain > -0.015 or maturity < 3
+# run.py / skill_pool.py: keep the choice only if avg_gain > -0.015 or maturity < 3
+MIN_GAIN, WARMUP = -0.015, 3
 
 @patch
 def select(self:SkillPool, S:dict,     # batch state (B rows)
@@ -323,7 +499,8 @@ def select(self:SkillPool, S:dict,     # batch state (B rows)
            rng:np.random.Generator|None=None, # draws the uniforms when `uniforms` is None
            uniforms:tuple|None=None,   # (u_eps, u_pick), each (B,) in [0, 1): common random numbers
           )->np.ndarray:               # (B,) index into `self.skills`, -1 for no skill
-    "Pick a skill per state: with prob. eps uniformly from skills and None; else the best-LCB skill whose initiation holds (and termination does not)."
+    ("Pick a skill per state: with prob. eps uniformly from skills and None; else the best-LCB "
+     "skill whose initiation holds (and termination does not).")
     if not 0 <= eps <= 1: raise ValueError(f"eps must be in [0, 1], got {eps}")
     B, K = len(S["turn"]), len(self.skills)
     u_eps, u_pick = uniforms if uniforms is not None else (rng.random(B), rng.random(B))
@@ -331,78 +508,138 @@ def select(self:SkillPool, S:dict,     # batch state (B rows)
     t = self.t()
     score = np.array([lcb(s, t) for s in self.skills])
     ok_q = np.array([s.avg_gain > MIN_GAIN or s.maturity < WARMUP for s in self.skills])
-    elig = np.stack([condition(s.initiation, S) & ~condition(s.termination, S, empty=False) for s in self.skills], 1) & ok_q[None]
+    elig = (
+        np.stack(
+            [
+                condition(s.initiation, S) & ~condition(s.termination, S, empty=False)
+                for s in self.skills
+            ],
+            1,
+        )
+        & ok_q[None]
+    )
     sc = np.where(elig, score[None], -np.inf)
     greedy = np.where(np.isfinite(sc.max(1)), sc.argmax(1), -1)
-    explore = np.minimum((u_pick*(K + 1)).astype(int), K)            # K means None
+    explore = np.minimum((u_pick * (K + 1)).astype(int), K)  # K means None
     return np.where(u_eps < eps, np.where(explore == K, -1, explore), greedy)
 
 # %% ../nbs/07_skillpro.ipynb #32468f5e
 @patch
-def maintain(self:SkillPool, embed_fn:Callable|None=None,  # texts -> (n, d) embeddings; None skips the semantic step
-             thr:float=0.95, protect:int=3, base_mature:int=4, maturity_max:int=2, n_min:int=10, mid_freq:int=80,
-             neg_thr:float=-0.001)->list:
-    "Score-based maintenance (skill_pool.py): invalid, same-name, semantic and version duplicates, negative LCB, then capacity by tier."
+def maintain(
+    self: SkillPool,
+    embed_fn: Callable | None = None,  # texts -> (n, d) embeddings; None skips the semantic step
+    thr: float = 0.95,
+    protect: int = 3,
+    base_mature: int = 4,
+    maturity_max: int = 2,
+    n_min: int = 10,
+    mid_freq: int = 80,
+    neg_thr: float = -0.001,
+) -> list:
+    ("Score-based maintenance (skill_pool.py): invalid, same-name, semantic and version "
+     "duplicates, negative LCB, then capacity by tier.")
     log, t = [], self.t()
     key = lambda s: lcb(s, t)
-    def drop(s, stage): self.skills.remove(s); log.append(dict(stage=stage, name=s.name, avg_gain=s.avg_gain, freq=s.frequency, maturity=s.maturity))
-    for s in [s for s in self.skills if not s.name or not (s.initiation or s.termination or s.policy)]: drop(s, "invalid")
+
+    def drop(s, stage):
+        self.skills.remove(s)
+        log.append(
+            dict(
+                stage=stage, name=s.name, avg_gain=s.avg_gain, freq=s.frequency, maturity=s.maturity
+            )
+        )
+
+    for s in [
+        s for s in self.skills if not s.name or not (s.initiation or s.termination or s.policy)
+    ]:
+        drop(s, "invalid")
     by_name = defaultdict(list)
-    for s in self.skills: by_name[s.name].append(s)
-    for lst in by_name.values():                                  # (2) same-name duplicates, while over capacity
+    for s in self.skills:
+        by_name[s.name].append(s)
+    # (2) same-name duplicates, while over capacity
+    for lst in by_name.values():
         for s in sorted(lst, key=key, reverse=True)[1:]:
-            if len(self.skills) <= self.max_size: break
+            if len(self.skills) <= self.max_size:
+                break
             drop(s, "duplicate name")
-    if embed_fn is not None and len(self.skills) > 1:             # (3) semantic duplicates of the initiation
+    # (3) semantic duplicates of the initiation
+    if embed_fn is not None and len(self.skills) > 1:
         E = _embed(self, [s.initiation for s in self.skills], embed_fn)
         adj = (E @ E.T) >= thr
         comp, seen = [], set()
         for i in range(len(self.skills)):
-            if i in seen: continue
+            if i in seen:
+                continue
             stack, c = [i], []
             seen.add(i)
             while stack:
-                u = stack.pop(); c.append(u)
+                u = stack.pop()
+                c.append(u)
                 for v in np.flatnonzero(adj[u]):
-                    if v not in seen: seen.add(int(v)); stack.append(int(v))
+                    if v not in seen:
+                        seen.add(int(v))
+                        stack.append(int(v))
             comp.append(c)
         victims = []
         for c in comp:
-            if len(c) < 2: continue
+            if len(c) < 2:
+                continue
             best = max(c, key=lambda k: key(self.skills[k]))
-            victims += [self.skills[k] for k in c if k != best and self.skills[k].maturity >= protect]
-        for s in victims: drop(s, "semantic duplicate")
-    by_base = defaultdict(list)                                   # (4) outdated versions, mature only, while over capacity
+            victims += [
+                self.skills[k] for k in c if k != best and self.skills[k].maturity >= protect
+            ]
+        for s in victims:
+            drop(s, "semantic duplicate")
+    # (4) outdated versions, mature only, while over capacity
+    by_base = defaultdict(list)
     for s in self.skills:
-        if s.maturity >= base_mature: by_base[re.sub(r"_v\d+$", "", s.name)].append(s)
+        if s.maturity >= base_mature:
+            by_base[re.sub(r"_v\d+$", "", s.name)].append(s)
     for lst in by_base.values():
         for s in sorted(lst, key=key, reverse=True)[1:]:
-            if len(self.skills) <= self.max_size: break
+            if len(self.skills) <= self.max_size:
+                break
             drop(s, "outdated version")
-    while len(self.skills) > self.max_size:                       # (5) consistently harmful
-        cand = [s for s in self.skills if s.maturity > maturity_max and s.frequency >= n_min and key(s) < neg_thr]
-        if not cand: break
+    while len(self.skills) > self.max_size:  # (5) consistently harmful
+        cand = [
+            s
+            for s in self.skills
+            if s.maturity > maturity_max and s.frequency >= n_min and key(s) < neg_thr
+        ]
+        if not cand:
+            break
         drop(min(cand, key=key), "negative LCB")
-    if len(self.skills) > self.max_size:                          # (6) veterans > mid > newcomers, each by LCB
-        tiers = [[s for s in self.skills if s.frequency >= mid_freq], [s for s in self.skills if n_min <= s.frequency < mid_freq],
-                 [s for s in self.skills if s.frequency < n_min]]
-        keep = [s for tier in tiers for s in sorted(tier, key=key, reverse=True)][:self.max_size]
-        for s in [s for s in self.skills if s not in keep]: drop(s, "capacity")
+    # (6) veterans > mid > newcomers, each by LCB
+    if len(self.skills) > self.max_size:
+        tiers = [
+            [s for s in self.skills if s.frequency >= mid_freq],
+            [s for s in self.skills if n_min <= s.frequency < mid_freq],
+            [s for s in self.skills if s.frequency < n_min],
+        ]
+        keep = [s for tier in tiers for s in sorted(tier, key=key, reverse=True)][: self.max_size]
+        for s in [s for s in self.skills if s not in keep]:
+            drop(s, "capacity")
         self.skills = [s for s in keep]
     return log
 
+
 @patch
-def maintain_fifo(self:SkillPool)->list:
+def maintain_fifo(self: SkillPool) -> list:
     "Ablation `wo_score`: drop the oldest skills beyond `max_size`, nothing else."
     n = len(self.skills) - self.max_size
-    if n <= 0: return []
+    if n <= 0:
+        return []
     old, self.skills = self.skills[:n], self.skills[n:]
-    return [dict(stage="FIFO", name=s.name, avg_gain=s.avg_gain, freq=s.frequency, maturity=s.maturity) for s in old]
+    return [
+        dict(stage="FIFO", name=s.name, avg_gain=s.avg_gain, freq=s.frequency, maturity=s.maturity)
+        for s in old
+    ]
 
 # %% ../nbs/07_skillpro.ipynb #fbffc3c1
 @dataclass
 class Episode:
-    "One recorded episode: states, actions, the active skill at each step, the return and the skill calls."
+    ("One recorded episode: states, actions, the active skill at each step, the return and the "
+     "skill calls.")
     states: dict          # batch state with T rows, one per step
     actions: np.ndarray   # (T,) guesses
     active: list          # (T,) name of the active skill or None
@@ -415,45 +652,79 @@ class Episode:
 def make_streams(env:HigherLower, n:int, seed:int)->dict:
     "Common random numbers for `n` episodes: hidden numbers and the uniforms of every choice."
     rng = np.random.default_rng(seed); G = env.max_guesses
-    return dict(h=rng.integers(1, env.N + 1, n), u_act=rng.random((G, n)), u_eps=rng.random((G, n)), u_pick=rng.random((G, n)))
+    return dict(
+        h=rng.integers(1, env.N + 1, n),
+        u_act=rng.random((G, n)),
+        u_eps=rng.random((G, n)),
+        u_pick=rng.random((G, n)),
+    )
 
-def play(env:HigherLower, policy, pool:SkillPool|None, streams:dict,
-         eps:float=0.0,             # exploration of the skill selection
-         forced:Skill|None=None,    # play with this skill active at every step (no selection)
-         record:bool=False,         # return the episodes as `Episode`s
-         max_skill_age:int=8):      # run.py: deactivate a skill after 8 steps
-    "Run a batch of episodes of the Skill-MDP (or the MDP when `pool` is None); returns returns (B,), calls (B, K), skill steps (B,) and the episodes."
-    S = env.reset(streams["h"]); B = len(S["h"])
+
+def play(
+    env: HigherLower,
+    policy,
+    pool: SkillPool | None,
+    streams: dict,
+    eps: float = 0.0,  # exploration of the skill selection
+    forced: Skill | None = None,  # play with this skill active at every step (no selection)
+    record: bool = False,  # return the episodes as `Episode`s
+    max_skill_age: int = 8,  # run.py: deactivate a skill after 8 steps
+):
+    ("Run a batch of episodes of the Skill-MDP (or the MDP when `pool` is None); returns returns "
+     "(B,), calls (B, K), skill steps (B,) and the episodes.")
+    S = env.reset(streams["h"])
+    B = len(S["h"])
     skills = [] if pool is None or forced is not None else pool.skills
     K = len(skills)
-    Mpool = np.vstack([rule_vector(s) for s in skills] + [rule_vector(forced)])    # row K: no skill (or the forced one)
+    # row K: no skill (or the forced one)
+    Mpool = np.vstack([rule_vector(s) for s in skills] + [rule_vector(forced)])
     active, age = np.full(B, -1), np.zeros(B, int)
     calls, skill_steps = np.zeros((B, K), int), np.zeros(B, int)
     hist = [] if record else None
     for step in range(env.max_guesses):
         live = ~S["done"]
-        if not live.any(): break
+        if not live.any():
+            break
         if K:
             on = live & (active >= 0)
             if on.any():
                 r = np.flatnonzero(on)
                 stop = np.zeros(B, bool)
                 for k in np.unique(active[r]):
-                    rk = r[active[r] == k]; Sk = take_rows(S, rk)
-                    stop[rk] = condition(skills[k].termination, Sk, empty=False) | ~condition(skills[k].initiation, Sk)
+                    rk = r[active[r] == k]
+                    Sk = take_rows(S, rk)
+                    stop[rk] = condition(skills[k].termination, Sk, empty=False) | ~condition(
+                        skills[k].initiation, Sk
+                    )
                 stop |= on & (age >= max_skill_age)
                 active[stop], age[stop] = -1, 0
             need = live & (active < 0)
             if need.any():
                 r = np.flatnonzero(need)
-                pick = pool.select(take_rows(S, r), eps, uniforms=(streams["u_eps"][step, r], streams["u_pick"][step, r]))
+                pick = pool.select(
+                    take_rows(S, r),
+                    eps,
+                    uniforms=(streams["u_eps"][step, r], streams["u_pick"][step, r]),
+                )
                 active[r], age[r] = pick, 0
                 got = pick >= 0
                 np.add.at(calls, (r[got], pick[got]), 1)
         idx = np.where(active >= 0, active, K)
         p = _softmax(policy.logits_for(S, skills + [forced], idx, Mpool))
-        a = np.minimum((p.cumsum(1) < streams["u_act"][step][:, None]).sum(1), env.N - 1) + 1   # inverse-CDF sampling
-        if record: hist.append((take_rows(S, np.arange(B)), a, [skills[k].name if k >= 0 else (forced.name if forced else None) for k in active], live))
+        # inverse-CDF sampling
+        a = np.minimum((p.cumsum(1) < streams["u_act"][step][:, None]).sum(1), env.N - 1) + 1
+        if record:
+            hist.append(
+                (
+                    take_rows(S, np.arange(B)),
+                    a,
+                    [
+                        skills[k].name if k >= 0 else (forced.name if forced else None)
+                        for k in active
+                    ],
+                    live,
+                )
+            )
         skill_steps += live & ((active >= 0) | (forced is not None))
         S = env.step(S, a)
         age[active >= 0] += 1
@@ -463,26 +734,53 @@ def play(env:HigherLower, policy, pool:SkillPool|None, streams:dict,
         for b in range(B):
             rows = [(st, a, ac) for st, a, ac, lv in hist if lv[b]]
             st = cat_states([take_rows(x, [b]) for x, _, _ in rows])
-            eps_out.append(Episode(st, np.array([a[b] for _, a, _ in rows]), [ac[b] for _, _, ac in rows], float(S["ret"][b]),
-                                   [(skills[k], int(calls[b, k])) for k in range(K) if calls[b, k] > 0]))
+            eps_out.append(
+                Episode(
+                    st,
+                    np.array([a[b] for _, a, _ in rows]),
+                    [ac[b] for _, _, ac in rows],
+                    float(S["ret"][b]),
+                    [(skills[k], int(calls[b, k])) for k in range(K) if calls[b, k] > 0],
+                )
+            )
     return S["ret"], calls, skill_steps, eps_out
 
-def skill_value(env:HigherLower, policy, n:int=2000, seed:int=10_000)->Callable:
-    "A cached ground truth `f(skill)`: the exact return with the skill active at every step (it depends only on its library rules)."
+
+def skill_value(env: HigherLower, policy, n: int = 2000, seed: int = 10_000) -> Callable:
+    ("A cached ground truth `f(skill)`: the exact return with the skill active at every step (it "
+     "depends only on its library rules).")
     streams, cache = make_streams(env, n, seed), {}
-    def f(skill:Skill)->float:
+
+    def f(skill: Skill) -> float:
         key = tuple(rule_vector(skill))
-        if key not in cache: cache[key] = float(play(env, policy, None, streams, forced=skill)[0].mean())
+        if key not in cache:
+            cache[key] = float(play(env, policy, None, streams, forced=skill)[0].mean())
         return cache[key]
+
     return f
 
-def exact_return(env:HigherLower, policy, pool:SkillPool|None=None, forced:Skill|None=None, n:int=2000, seed:int=10_000, eps:float=0.0)->float:
-    "Expected return by Monte Carlo over `n` episodes with common random numbers (the same `seed` for every arm)."
-    return float(play(env, policy, pool, make_streams(env, n, seed), eps=eps, forced=forced)[0].mean())
+
+def exact_return(
+    env: HigherLower,
+    policy,
+    pool: SkillPool | None = None,
+    forced: Skill | None = None,
+    n: int = 2000,
+    seed: int = 10_000,
+    eps: float = 0.0,
+) -> float:
+    ("Expected return by Monte Carlo over `n` episodes with common random numbers (the same "
+     "`seed` for every arm).")
+    if n < 1:
+        raise ValueError(f"n must be >= 1 Monte-Carlo episodes, got {n}")
+    return float(
+        play(env, policy, pool, make_streams(env, n, seed), eps=eps, forced=forced)[0].mean()
+    )
 
 # %% ../nbs/07_skillpro.ipynb #3bce1afc
 def success_failure_batch(episodes:Sequence, k:int=6)->list:
-    "Evaluation batch: the k/2 lowest- and k/2 highest-return episodes (all of them if there are at most k)."
+    ("Evaluation batch: the k/2 lowest- and k/2 highest-return episodes (all of them if there are "
+     "at most k).")
     if k < 2: raise ValueError(f"k must be >= 2, got {k}")
     eps = list(episodes)
     if len(eps) <= k: return eps
@@ -497,105 +795,201 @@ def ppo_gate_score(logp_new,          # (sum T,) log pi(a_t | s_t, omega') over 
                    lengths,           # (E,) episode lengths T, in the order of the steps
                    eps:float=0.2,     # PPO clip
                    log_ratio_clip:float=10.0)->float:
-    "PPO gate $J = \\frac{1}{\\sum T}\\sum_t \\min(r_t A_t, \\mathrm{clip}(r_t, 1\\pm\\epsilon) A_t)$ with $A_t = (R-b)/T$; -1e9 on non-finite log-probs."
+    ("PPO gate $J = \\frac{1}{\\sum T}\\sum_t \\min(r_t A_t, \\mathrm{clip}(r_t, 1\\pm\\epsilon) "
+     "A_t)$ with $A_t = (R-b)/T$; -1e9 on non-finite log-probs.")
     logp_new, logp_old = np.asarray(logp_new, float), np.asarray(logp_old, float)
     lengths = np.asarray(lengths, int); R = np.asarray(returns, float)
-    if logp_new.shape != logp_old.shape or logp_new.ndim != 1: raise ValueError(f"log-probs must be two 1-d arrays of one shape, got {logp_new.shape} and {logp_old.shape}")
+    if logp_new.shape != logp_old.shape or logp_new.ndim != 1:
+        raise ValueError(
+            f"log-probs must be two 1-d arrays of one shape, got {logp_new.shape} and "
+            f"{logp_old.shape}"
+        )
     if len(R) != len(lengths) or lengths.sum() != len(logp_new) or (lengths < 1).any():
-        raise ValueError(f"need one return and one length >= 1 per episode with sum(lengths) == number of steps; got {len(R)} returns, lengths summing to {lengths.sum()}, {len(logp_new)} steps")
-    if not 0 < eps < 1: raise ValueError(f"eps must be in (0, 1), got {eps}")
-    if not (np.isfinite(logp_new).all() and np.isfinite(logp_old).all()): return -1e9
-    A = np.repeat((R - np.broadcast_to(np.asarray(baselines, float), R.shape))/lengths, lengths)   # A_t, (sum T,)
+        raise ValueError(
+            f"need one return and one length >= 1 per episode with sum(lengths) == number of "
+            f"steps; got {len(R)} returns, lengths summing to {lengths.sum()}, {len(logp_new)} "
+            f"steps"
+        )
+    if not 0 < eps < 1:
+        raise ValueError(f"eps must be in (0, 1), got {eps}")
+    if not (np.isfinite(logp_new).all() and np.isfinite(logp_old).all()):
+        return -1e9
+    # A_t, (sum T,)
+    A = np.repeat((R - np.broadcast_to(np.asarray(baselines, float), R.shape)) / lengths, lengths)
     r = np.exp(np.clip(logp_new - logp_old, -log_ratio_clip, log_ratio_clip))
-    return float(np.minimum(r*A, np.clip(r, 1 - eps, 1 + eps)*A).sum()/lengths.sum())
+    return float(np.minimum(r * A, np.clip(r, 1 - eps, 1 + eps) * A).sum() / lengths.sum())
 
 # %% ../nbs/07_skillpro.ipynb #b17effb1
 def first_mistake(ep:Episode)->tuple:
-    "The first step that broke a helpful rule and the rule that fixes it: (step, rule sentence), or (None, None)."
+    ("The first step that broke a helpful rule and the rule that fixes it: (step, rule sentence), "
+     "or (None, None).")
     S, a = ep.states, ep.actions
     for t in range(ep.T):
         lo, hi, last, fb = S["lo"][t], S["hi"][t], S["last"][t], S["fb"][t]
         if S["past"][t, a[t]]: return t, RULE_TEXT[RULE_KEY.index("no_repeat")]
         if not lo <= a[t] <= hi: return t, RULE_TEXT[RULE_KEY.index("interval")]
-        if (fb == 1 and a[t] <= last) or (fb == -1 and a[t] >= last): return t, RULE_TEXT[RULE_KEY.index("direction")]
-        if abs(a[t] - (lo + hi)/2) > (hi - lo + 1)/4: return t, RULE_TEXT[RULE_KEY.index("middle")]
+        if (fb == 1 and a[t] <= last) or (fb == -1 and a[t] >= last):
+            return t, RULE_TEXT[RULE_KEY.index("direction")]
+        if abs(a[t] - (lo + hi) / 2) > (hi - lo + 1) / 4:
+            return t, RULE_TEXT[RULE_KEY.index("middle")]
     return None, None
 
-class SimCritic:
-    "Semantic-gradient stand-in: reads an episode, blames the first mistake and proposes an edit (right with prob. p_good)."
-    def __init__(self, p_good:float=0.6, p_remove:float=0.3, p_cond:float=0.1, seed:int=0):
-        if not 0 <= p_good <= 1: raise ValueError(f"p_good must be in [0, 1], got {p_good}")
-        self.p_good, self.p_remove, self.p_cond, self.rng = p_good, p_remove, p_cond, np.random.default_rng(seed)
 
-    def gradient(self, skill:Skill, ep:Episode, informed:bool=True)->dict:
-        "One semantic gradient: {'is_related', 'add', 'remove', 'initiation', 'termination'}; `informed=False` is the facts-only summary of `wo_sg`."
+class SimCritic:
+    ("Semantic-gradient stand-in: reads an episode, blames the first mistake and proposes an edit "
+     "(right with prob. p_good).")
+
+    def __init__(
+        self, p_good: float = 0.6, p_remove: float = 0.3, p_cond: float = 0.1, seed: int = 0
+    ):
+        if not 0 <= p_good <= 1:
+            raise ValueError(f"p_good must be in [0, 1], got {p_good}")
+        self.p_good, self.p_remove, self.p_cond, self.rng = (
+            p_good,
+            p_remove,
+            p_cond,
+            np.random.default_rng(seed),
+        )
+
+    def gradient(self, skill: Skill, ep: Episode, informed: bool = True) -> dict:
+        ("One semantic gradient: {'is_related', 'add', 'remove', 'initiation', 'termination'}; "
+         "`informed=False` is the facts-only summary of `wo_sg`.")
         rng = self.rng
         t, fix = first_mistake(ep) if informed else (None, None)
         related = (skill.name in ep.active) if t is None else (ep.active[t] == skill.name)
-        add = fix if fix is not None and rng.random() < self.p_good else RULE_TEXT[rng.integers(len(RULE_TEXT))]
-        remove = skill.policy[rng.integers(len(skill.policy))] if rng.random() < self.p_remove else ""
-        cond = lambda pre: (pre + PRED_TEXT[rng.integers(len(PRED_TEXT))]) if rng.random() < self.p_cond else ""
-        return dict(is_related=bool(related), add=add, remove=remove, initiation=cond("IF "), termination=cond("Stop IF "))
+        add = (
+            fix
+            if fix is not None and rng.random() < self.p_good
+            else RULE_TEXT[rng.integers(len(RULE_TEXT))]
+        )
+        remove = (
+            skill.policy[rng.integers(len(skill.policy))] if rng.random() < self.p_remove else ""
+        )
+        cond = lambda pre: (
+            (pre + PRED_TEXT[rng.integers(len(PRED_TEXT))]) if rng.random() < self.p_cond else ""
+        )
+        return dict(
+            is_related=bool(related),
+            add=add,
+            remove=remove,
+            initiation=cond("IF "),
+            termination=cond("Stop IF "),
+        )
 
-def aggregate(skill:Skill, grads:Sequence[dict], rng:np.random.Generator, max_steps:int=5)->tuple:
-    "Apply the majority of the edits: $\\omega' = \\omega \\oplus \\bar g$; returns (new policy, initiation, termination)."
-    adds, rems = Counter(g["add"] for g in grads if g["add"]), Counter(g["remove"] for g in grads if g["remove"])
-    pol = [p for p in skill.policy if rems[p] < 2 or rems[p] <= adds[p]]          # removals with >= 2 votes
+
+def aggregate(
+    skill: Skill, grads: Sequence[dict], rng: np.random.Generator, max_steps: int = 5
+) -> tuple:
+    ("Apply the majority of the edits: $\\omega' = \\omega \\oplus \\bar g$; returns (new policy, "
+     "initiation, termination).")
+    adds, rems = (
+        Counter(g["add"] for g in grads if g["add"]),
+        Counter(g["remove"] for g in grads if g["remove"]),
+    )
+    # removals with >= 2 votes
+    pol = [p for p in skill.policy if rems[p] < 2 or rems[p] <= adds[p]]
     ranked = sorted(adds, key=lambda r: (-adds[r], rng.random()))
     for r in [x for x in ranked if adds[x] >= 2] or ranked[:1]:
-        if _NORM(r) not in {_NORM(p) for p in pol}: pol.append(r)
+        if _NORM(r) not in {_NORM(p) for p in pol}:
+            pol.append(r)
     pol = pol[-max_steps:] if pol else list(skill.policy)
-    vote = lambda k, old: (lambda c: c[0][0] if c and c[0][1] >= 2 else old)(Counter(g[k] for g in grads if g[k]).most_common(1))
+    vote = lambda k, old: (lambda c: c[0][0] if c and c[0][1] >= 2 else old)(
+        Counter(g[k] for g in grads if g[k]).most_common(1)
+    )
     return pol, vote("initiation", skill.initiation), vote("termination", skill.termination)
 
 # %% ../nbs/07_skillpro.ipynb #6a983074
 ABLATIONS = ("none", "wo_sg", "wo_ppo")
 
 class SkillEvolution:
-    "Evolve ready skills: success/failure batch, semantic gradients, aggregation, best-of-n, and the PPO gate."
-    def __init__(self, critic,                       # has .gradient(skill, episode, informed) -> dict (SimCritic or an LLM critic)
-                 logprob_fn:Callable,                # (skill, states, actions) -> (T,) log pi(a | s, skill)
-                 threshold:int=6,                    # buffered episodes before a skill is ready
-                 best_of_n:int=3,                    # candidates per parent
-                 eps:float=0.2,                      # PPO clip
-                 margin:float=0.0,                   # acceptance margin (main.py)
-                 max_per_step:int=2,                 # parents evolved per iteration
-                 ablation:str="none",                # "none" | "wo_sg" | "wo_ppo"
-                 gate_baseline:str="none",           # "none": J > margin (repo) | "parent": J - J(parent) > margin
-                 relevance:float=0.5,                # REFINE iff the share of related episodes >= this
-                 truth_fn:Callable|None=None,        # skill -> exact value, to score the gate (Track A only)
-                 seed:int=0):
-        if ablation not in ABLATIONS: raise ValueError(f"unknown ablation {ablation!r}: use one of {ABLATIONS}")
-        if gate_baseline not in ("none", "parent"): raise ValueError(f"gate_baseline must be 'none' or 'parent', got {gate_baseline!r}")
-        if threshold < 2 or best_of_n < 1 or max_per_step < 1: raise ValueError("need threshold >= 2, best_of_n >= 1 and max_per_step >= 1")
-        self.critic, self.logprob_fn, self.threshold, self.best_of_n, self.eps = critic, logprob_fn, threshold, best_of_n, eps
-        self.margin, self.max_per_step, self.ablation, self.gate_baseline = margin, max_per_step, ablation, gate_baseline
-        self.relevance, self.truth_fn, self.rng, self.n_new = relevance, truth_fn, np.random.default_rng(seed), 0
+    ("Evolve ready skills: success/failure batch, semantic gradients, aggregation, best-of-n, and "
+     "the PPO gate.")
+    def __init__(
+        self,
+        critic,  # has .gradient(skill, episode, informed) -> dict (SimCritic or an LLM critic)
+        logprob_fn: Callable,  # (skill, states, actions) -> (T,) log pi(a | s, skill)
+        threshold: int = 6,  # buffered episodes before a skill is ready
+        best_of_n: int = 3,  # candidates per parent
+        eps: float = 0.2,  # PPO clip
+        margin: float = 0.0,  # acceptance margin (main.py)
+        max_per_step: int = 2,  # parents evolved per iteration
+        ablation: str = "none",  # "none" | "wo_sg" | "wo_ppo"
+        gate_baseline: str = "none",  # "none": J > margin (repo) | "parent": J - J(parent) > margin
+        relevance: float = 0.5,  # REFINE iff the share of related episodes >= this
+        truth_fn: Callable | None = None,  # skill -> exact value, to score the gate (Track A only)
+        seed: int = 0,
+    ):
+        if ablation not in ABLATIONS:
+            raise ValueError(f"unknown ablation {ablation!r}: use one of {ABLATIONS}")
+        if gate_baseline not in ("none", "parent"):
+            raise ValueError(f"gate_baseline must be 'none' or 'parent', got {gate_baseline!r}")
+        if threshold < 2 or best_of_n < 1 or max_per_step < 1:
+            raise ValueError("need threshold >= 2, best_of_n >= 1 and max_per_step >= 1")
+        self.critic, self.logprob_fn, self.threshold, self.best_of_n, self.eps = (
+            critic,
+            logprob_fn,
+            threshold,
+            best_of_n,
+            eps,
+        )
+        self.margin, self.max_per_step, self.ablation, self.gate_baseline = (
+            margin,
+            max_per_step,
+            ablation,
+            gate_baseline,
+        )
+        self.relevance, self.truth_fn, self.rng, self.n_new = (
+            relevance,
+            truth_fn,
+            np.random.default_rng(seed),
+            0,
+        )
 
-    def candidate(self, parent:Skill, batch:Sequence[Episode])->tuple:
-        "One candidate: a semantic gradient per episode, REFINE or NEW by relevance, then the aggregated rewrite."
-        grads = [self.critic.gradient(parent, ep, informed=self.ablation != "wo_sg") for ep in batch]
+    def candidate(self, parent: Skill, batch: Sequence[Episode]) -> tuple:
+        ("One candidate: a semantic gradient per episode, REFINE or NEW by relevance, then the "
+         "aggregated rewrite.")
+        grads = [
+            self.critic.gradient(parent, ep, informed=self.ablation != "wo_sg") for ep in batch
+        ]
         related = np.mean([g["is_related"] for g in grads])
         mode = "REFINE" if self.ablation == "wo_sg" or related >= self.relevance else "NEW"
         pol, init, term = aggregate(parent, grads, self.rng)
         if mode == "REFINE":
             base = re.sub(r"_v\d+$", "", parent.name)
-            return Skill(f"{base}_v{parent.version + 1}", init, pol, term, version=parent.version + 1, parent_id=parent.name), mode
+            return Skill(
+                f"{base}_v{parent.version + 1}",
+                init,
+                pol,
+                term,
+                version=parent.version + 1,
+                parent_id=parent.name,
+            ), mode
         self.n_new += 1
         return Skill(f"Learned{self.n_new}", init, pol, term), mode
 
+
 def _batch_arrays(batch):
-    return cat_states([ep.states for ep in batch]), np.concatenate([ep.actions for ep in batch]), np.array([ep.ret for ep in batch]), np.array([ep.T for ep in batch])
+    return (
+        cat_states([ep.states for ep in batch]),
+        np.concatenate([ep.actions for ep in batch]),
+        np.array([ep.ret for ep in batch]),
+        np.array([ep.T for ep in batch]),
+    )
+
 
 @patch
-def step(self:SkillEvolution, pool:SkillPool, new_episodes:Sequence[Episode], baseline:float, t:int)->list:
-    "Route the new episodes to the buffers of the skills they used, then evolve the top ready parents behind the PPO gate."
+def step(
+    self: SkillEvolution, pool: SkillPool, new_episodes: Sequence[Episode], baseline: float, t: int
+) -> list:
+    ("Route the new episodes to the buffers of the skills they used, then evolve the top ready "
+     "parents behind the PPO gate.")
     for ep in new_episodes:
-        for s, _ in ep.calls: s.buffer.append(ep)
+        for s, _ in ep.calls:
+            s.buffer.append(ep)
     ready = [s for s in pool.skills if len(s.buffer) >= self.threshold]
     ready.sort(key=lambda s: evolution_priority(s, pool.skills, t), reverse=True)
     logs = []
-    for parent in ready[:self.max_per_step]:
+    for parent in ready[: self.max_per_step]:
         batch = success_failure_batch(parent.buffer, self.threshold)
         S, a, R, T = _batch_arrays(batch)
         lp_old = self.logprob_fn(parent, S, a)
@@ -604,57 +998,107 @@ def step(self:SkillEvolution, pool:SkillPool, new_episodes:Sequence[Episode], ba
         for _ in range(self.best_of_n):
             cand, mode = self.candidate(parent, batch)
             J = ppo_gate_score(self.logprob_fn(cand, S, a), lp_old, R, baseline, T, self.eps)
-            if J > best[1]: best = (cand, J, mode)
+            if J > best[1]:
+                best = (cand, J, mode)
         cand, J, mode = best
-        if self.ablation == "wo_ppo": ok = True
-        elif self.gate_baseline == "parent": ok = J - J_old > self.margin
-        else: ok = J > self.margin
-        log = dict(t=t, parent=parent.name, candidate=cand.name, type=mode, J=J, J_parent=J_old, accepted=bool(ok), policy=list(cand.policy),
-                   initiation=cand.initiation, termination=cand.termination, parent_policy=list(parent.policy))
+        if self.ablation == "wo_ppo":
+            ok = True
+        elif self.gate_baseline == "parent":
+            ok = J - J_old > self.margin
+        else:
+            ok = J > self.margin
+        log = dict(
+            t=t,
+            parent=parent.name,
+            candidate=cand.name,
+            type=mode,
+            J=J,
+            J_parent=J_old,
+            accepted=bool(ok),
+            policy=list(cand.policy),
+            initiation=cand.initiation,
+            termination=cand.termination,
+            parent_policy=list(parent.policy),
+        )
         if self.truth_fn is not None:
             log["true_delta"] = self.truth_fn(cand) - self.truth_fn(parent)
         if ok:
             parent.last_evolved_iter, cand.maturity = t, 0
-            pool.add(cand); parent.buffer = []
-        else: parent.buffer = parent.buffer[-(self.threshold//2):]
+            pool.add(cand)
+            parent.buffer = []
+        else:
+            parent.buffer = parent.buffer[-(self.threshold // 2) :]
         logs.append(log)
     return logs
 
 # %% ../nbs/07_skillpro.ipynb #47af84b9
-def run_skill_mdp(env:HigherLower, policy, pool:SkillPool|None, evolution:SkillEvolution|None=None,
-                  iters:int=50, episodes_per_iter:int=5, mode:str="SMDP",
-                  maintenance:str="score",        # "score" | "fifo" (ablation wo_score) | "none"
-                  embed_fn:Callable|None=None,    # embeddings for the semantic dedup of `maintain`
-                  eval_fn:Callable|None=None,     # (pool or None) -> exact return, logged every iteration
-                  alpha:float=0.1,                # EMA of the task baseline (run.py)
-                  seed:int=0, show_progress:bool=False,
-                  time_budget_s:float|None=None)->dict:   # stop after the iteration that passes this many seconds
-    "Outer loop of Skill-Pro: act, credit skills, age the pool, evolve, maintain; MDP mode acts without skills."
-    if mode not in ("SMDP", "MDP"): raise ValueError(f"mode must be 'SMDP' or 'MDP', got {mode!r}")
-    if maintenance not in ("score", "fifo", "none"): raise ValueError(f"maintenance must be 'score', 'fifo' or 'none', got {maintenance!r}")
-    if iters < 1 or episodes_per_iter < 1: raise ValueError("iters and episodes_per_iter must be >= 1")
+def run_skill_mdp(
+    env: HigherLower,
+    policy,
+    pool: SkillPool | None,
+    evolution: SkillEvolution | None = None,
+    iters: int = 50,
+    episodes_per_iter: int = 5,
+    mode: str = "SMDP",
+    maintenance: str = "score",  # "score" | "fifo" (ablation wo_score) | "none"
+    embed_fn: Callable | None = None,  # embeddings for the semantic dedup of `maintain`
+    eval_fn: Callable | None = None,  # (pool or None) -> exact return, logged every iteration
+    alpha: float = 0.1,  # EMA of the task baseline (run.py)
+    seed: int = 0,
+    show_progress: bool = False,
+    time_budget_s: float | None = None,  # stop after the iteration that passes this many seconds
+) -> dict:
+    ("Outer loop of Skill-Pro: act, credit skills, age the pool, evolve, maintain; MDP mode acts "
+     "without skills.")
+    if mode not in ("SMDP", "MDP"):
+        raise ValueError(f"mode must be 'SMDP' or 'MDP', got {mode!r}")
+    if maintenance not in ("score", "fifo", "none"):
+        raise ValueError(f"maintenance must be 'score', 'fifo' or 'none', got {maintenance!r}")
+    if iters < 1 or episodes_per_iter < 1:
+        raise ValueError("iters and episodes_per_iter must be >= 1")
     use = pool if mode == "SMDP" else None
     b, hist, t0 = None, [], time.perf_counter()
-    for t in progress(range(iters), desc=f"{mode} seed {seed}", disable=not show_progress, leave=False):
-        streams = make_streams(env, episodes_per_iter, seed*1_000_003 + t)
-        R, calls, steps, episodes = play(env, policy, use, streams, eps=epsilon_schedule(t), record=True)
-        if b is None: b = float(R.mean())                                  # EMA initialised to the first iteration's mean
-        for ep in episodes:                                                # credit assignment, A = R - b shared by the m calls
+    for t in progress(
+        range(iters), desc=f"{mode} seed {seed}", disable=not show_progress, leave=False
+    ):
+        streams = make_streams(env, episodes_per_iter, seed * 1_000_003 + t)
+        R, calls, steps, episodes = play(
+            env, policy, use, streams, eps=epsilon_schedule(t), record=True
+        )
+        # EMA initialised to the first iteration's mean
+        if b is None:
+            b = float(R.mean())
+        # credit assignment, A = R - b shared by the m calls
+        for ep in episodes:
             m = sum(c for _, c in ep.calls)
-            for s, c in ep.calls: s.update_stats(ep.ret, b, m, c)
-        b = (1 - alpha)*b + alpha*float(R.mean())
-        row = dict(t=t, ret=float(R.mean()), baseline=b, reuse=float(steps.sum()/sum(ep.T for ep in episodes)), evolution=[], maintenance=[])
+            for s, c in ep.calls:
+                s.update_stats(ep.ret, b, m, c)
+        b = (1 - alpha) * b + alpha * float(R.mean())
+        row = dict(
+            t=t,
+            ret=float(R.mean()),
+            baseline=b,
+            reuse=float(steps.sum() / sum(ep.T for ep in episodes)),
+            evolution=[],
+            maintenance=[],
+        )
         if use is not None:
-            for s in use.skills: s.maturity += 1
-            if evolution is not None: row["evolution"] = evolution.step(use, episodes, b, t)
+            for s in use.skills:
+                s.maturity += 1
+            if evolution is not None:
+                row["evolution"] = evolution.step(use, episodes, b, t)
             row["size_before"] = len(use)
-            if maintenance == "score": row["maintenance"] = use.maintain(embed_fn)
-            elif maintenance == "fifo": row["maintenance"] = use.maintain_fifo()
+            if maintenance == "score":
+                row["maintenance"] = use.maintain(embed_fn)
+            elif maintenance == "fifo":
+                row["maintenance"] = use.maintain_fifo()
             row["size"], row["names"] = len(use), use.names()
-        if eval_fn is not None: row["exact"] = eval_fn(use)
+        if eval_fn is not None:
+            row["exact"] = eval_fn(use)
         row["elapsed_s"] = time.perf_counter() - t0
         hist.append(row)
-        if time_budget_s is not None and row["elapsed_s"] > time_budget_s: break
+        if time_budget_s is not None and row["elapsed_s"] > time_budget_s:
+            break
     return dict(history=hist, pool=use, baseline=b)
 
 # %% ../nbs/07_skillpro.ipynb #891909f1
@@ -663,77 +1107,137 @@ def action_logprobs(model, tok,                 # a causal LM and its tokenizer 
                     prompts:Sequence[str],      # decision prompts, one per action
                     actions:Sequence[str],      # action strings
                     batch_size:int=16)->np.ndarray:
-    "Mean over the action's tokens of $\\log p(y_j \\mid x, y_{<j})$ (Skills/loss.py); prompt and action are tokenised apart, then joined."
-    if len(prompts) != len(actions): raise ValueError(f"got {len(prompts)} prompts and {len(actions)} actions: pass one action per prompt")
+    ("Mean over the action's tokens of $\\log p(y_j \\mid x, y_{<j})$ (Skills/loss.py); prompt "
+     "and action are tokenised apart, then joined.")
+    if len(prompts) != len(actions):
+        raise ValueError(
+            f"got {len(prompts)} prompts and {len(actions)} actions: pass one action per prompt"
+        )
     dev, pad, out = next(model.parameters()).device, tok.pad_token_id or 0, []
     for i0 in range(0, len(prompts), batch_size):
         seqs, spans = [], []
-        for p, a in zip(prompts[i0:i0 + batch_size], actions[i0:i0 + batch_size]):
-            x, y = tok(p, add_special_tokens=False)["input_ids"], tok(str(a), add_special_tokens=False)["input_ids"]
-            if not y: raise ValueError(f"action {a!r} has no tokens")
-            seqs.append(x + y); spans.append((len(x), len(x) + len(y)))
+        for p, a in zip(prompts[i0 : i0 + batch_size], actions[i0 : i0 + batch_size]):
+            x, y = (
+                tok(p, add_special_tokens=False)["input_ids"],
+                tok(str(a), add_special_tokens=False)["input_ids"],
+            )
+            if not y:
+                raise ValueError(f"action {a!r} has no tokens")
+            seqs.append(x + y)
+            spans.append((len(x), len(x) + len(y)))
         T = max(map(len, seqs))
-        ids = torch.full((len(seqs), T), pad); mask = torch.zeros_like(ids)
-        for b, s in enumerate(seqs): ids[b, T - len(s):] = torch.tensor(s); mask[b, T - len(s):] = 1     # left padding
+        ids = torch.full((len(seqs), T), pad)
+        mask = torch.zeros_like(ids)
+        # left padding
+        for b, s in enumerate(seqs):
+            ids[b, T - len(s) :] = torch.tensor(s)
+            mask[b, T - len(s) :] = 1
         pos = (mask.cumsum(1) - 1).clamp_min(0)
-        lp = F.log_softmax(model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev)).logits.float(), -1)
+        lp = F.log_softmax(
+            model(
+                input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev)
+            ).logits.float(),
+            -1,
+        )
         for b, (s0, s1) in enumerate(spans):
             off = T - len(seqs[b])
-            tgt = ids[b, off + s0:off + s1].to(dev)
-            out.append(lp[b, off + s0 - 1:off + s1 - 1].gather(-1, tgt[:, None]).mean().item())
+            tgt = ids[b, off + s0 : off + s1].to(dev)
+            out.append(lp[b, off + s0 - 1 : off + s1 - 1].gather(-1, tgt[:, None]).mean().item())
     return np.array(out)
 
+
 @torch.no_grad()
-def shared_prompt_logprobs(model, tok, prompt:str, actions:Sequence[str])->np.ndarray:
-    "Mean action-token log-probs of many actions after one prompt: one pass over the prompt, its KV cache shared by every action."
+def shared_prompt_logprobs(model, tok, prompt: str, actions: Sequence[str]) -> np.ndarray:
+    ("Mean action-token log-probs of many actions after one prompt: one pass over the prompt, its "
+     "KV cache shared by every action.")
     dev = next(model.parameters()).device
     x = tok(prompt, add_special_tokens=False)["input_ids"]
     ys = [tok(str(a), add_special_tokens=False)["input_ids"] for a in actions]
-    if not all(ys): raise ValueError("every action needs at least one token")
+    if not all(ys):
+        raise ValueError("every action needs at least one token")
     o = model(input_ids=torch.tensor([x], device=dev), use_cache=True)
-    first = F.log_softmax(o.logits[0, -1].float(), -1)                          # log p(y_1 | x), (V,)
+    # log p(y_1 | x), (V,)
+    first = F.log_softmax(o.logits[0, -1].float(), -1)
     L = max(map(len, ys))
     res = [[first[y[0]].item()] for y in ys]
     if L > 1:
-        A = len(ys); pkv = o.past_key_values
+        A = len(ys)
+        pkv = o.past_key_values
         pkv.batch_repeat_interleave(A)
-        ids = torch.full((A, L - 1), tok.pad_token_id or 0); m = torch.zeros((A, L - 1), dtype=torch.long)
-        for b, y in enumerate(ys): ids[b, :len(y) - 1] = torch.tensor(y[:-1]); m[b, :len(y) - 1] = 1
+        ids = torch.full((A, L - 1), tok.pad_token_id or 0)
+        m = torch.zeros((A, L - 1), dtype=torch.long)
+        for b, y in enumerate(ys):
+            ids[b, : len(y) - 1] = torch.tensor(y[:-1])
+            m[b, : len(y) - 1] = 1
         mask = torch.cat([torch.ones((A, len(x)), dtype=torch.long), m], 1).to(dev)
         pos = torch.arange(len(x), len(x) + L - 1, device=dev)[None].expand(A, -1)
-        lp = F.log_softmax(model(input_ids=ids.to(dev), attention_mask=mask, past_key_values=pkv, position_ids=pos).logits.float(), -1)
+        lp = F.log_softmax(
+            model(
+                input_ids=ids.to(dev), attention_mask=mask, past_key_values=pkv, position_ids=pos
+            ).logits.float(),
+            -1,
+        )
         for b, y in enumerate(ys):
             res[b] += [lp[b, j, y[j + 1]].item() for j in range(len(y) - 1)]
     return np.array([np.mean(r) for r in res])
 
 # %% ../nbs/07_skillpro.ipynb #204f198a
 class SmolPolicy:
-    "A real LLM agent for HigherLower: scores every guess by its mean action-token log-prob given the prompt with the skill, then samples."
-    def __init__(self, llm_path:str|None=None,   # None: SmolLM2-135M-Instruct; or a local model folder / .gguf
-                 device:str="cpu", model=None, tok=None, tau:float=1.0, batch_size:int=16):
+    ("A real LLM agent for HigherLower: scores every guess by its mean action-token log-prob "
+     "given the prompt with the skill, then samples.")
+
+    def __init__(
+        self,
+        model_path: str | None = None,  # None: SmolLM2-135M-Instruct; or a local folder / .gguf
+        device: str = "cpu",
+        model=None,
+        tok=None,
+        tau: float = 1.0,
+        batch_size: int = 16,
+    ):
         if model is None:
             from maspob_etal.models import load_causal_lm
-            model, tok = load_causal_lm(llm_path, device=device)
-        if tok is None: raise ValueError("pass the tokenizer with the model")
+
+            model, tok = load_causal_lm(model_path, device=device)
+        if tok is None:
+            raise ValueError("pass the tokenizer with the model")
         self.model, self.tok, self.tau, self.batch_size = model, tok, tau, batch_size
 
-    def prompt(self, S:dict, i:int, skill:Skill|None)->str:
-        "The decision prompt of row i: the state, the skill text if any, the answer format; ends where the guess starts."
+    def prompt(self, S: dict, i: int, skill: Skill | None) -> str:
+        ("The decision prompt of row i: the state, the skill text if any, the answer format; ends "
+         "where the guess starts.")
         from maspob_etal.models import chat_prompt
+
         N = S["past"].shape[1] - 1
-        user = (render_state(S, i) + (f"\nUse this skill:\n{skill.render()}\n" if skill is not None else "")
-                + f"\nReply with only the number of your guess, from 1 to {N}.")
+        user = (
+            render_state(S, i)
+            + (f"\nUse this skill:\n{skill.render()}\n" if skill is not None else "")
+            + f"\nReply with only the number of your guess, from 1 to {N}."
+        )
         return chat_prompt(self.tok, user) + "My guess is "
 
-    def logits_for(self, S:dict, skills:list, idx:np.ndarray, M=None)->np.ndarray:
-        "Scores (B, N): mean log-prob of each guess's tokens, over tau; live rows only are scored (others get zeros)."
-        N = S["past"].shape[1] - 1; acts = [str(a) for a in range(1, N + 1)]
+    def logits_for(self, S: dict, skills: list, idx: np.ndarray, M=None) -> np.ndarray:
+        ("Scores (B, N): mean log-prob of each guess's tokens, over tau; live rows only are "
+         "scored (others get zeros).")
+        N = S["past"].shape[1] - 1
+        acts = [str(a) for a in range(1, N + 1)]
         out = np.zeros((len(idx), N))
         for b in np.flatnonzero(~S["done"]):
-            out[b] = shared_prompt_logprobs(self.model, self.tok, self.prompt(S, b, skills[idx[b]]), acts)/self.tau
+            out[b] = (
+                shared_prompt_logprobs(
+                    self.model, self.tok, self.prompt(S, b, skills[idx[b]]), acts
+                )
+                / self.tau
+            )
         return out
 
-    def logprob(self, S:dict, skill:Skill|None, actions)->np.ndarray:
-        "$\\ell_\\omega(t)$ (B,): the LLM's mean action-token log-prob of each taken guess with `skill` injected (what the gate uses)."
-        return action_logprobs(self.model, self.tok, [self.prompt(S, b, skill) for b in range(len(actions))],
-                               [str(int(a)) for a in actions], self.batch_size)
+    def logprob(self, S: dict, skill: Skill | None, actions) -> np.ndarray:
+        ("$\\ell_\\omega(t)$ (B,): the LLM's mean action-token log-prob of each taken guess with "
+         "`skill` injected (what the gate uses).")
+        return action_logprobs(
+            self.model,
+            self.tok,
+            [self.prompt(S, b, skill) for b in range(len(actions))],
+            [str(int(a)) for a in actions],
+            self.batch_size,
+        )

@@ -107,6 +107,14 @@ def test_bad_input():
     with pytest.raises(ValueError, match="tau"): SimLLM(tau=0)
     with pytest.raises(ValueError, match="N >= 2"): HigherLower(1)
 
+def test_bad_shapes_and_ranges():
+    S = ENV.reset(np.array([3, 5]))
+    with pytest.raises(ValueError, match=r"one guess per episode, shape \(2,\)"): ENV.step(S, np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"guesses must lie in 1\.\.32"): ENV.step(S, np.array([0, 40]))
+    with pytest.raises(ValueError, match=r"actions must be \(2,\) guesses in 1\.\.32"): POL.logprob(S, None, np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"actions must be \(2,\) guesses in 1\.\.32"): POL.logprob(S, None, np.array([0, 33]))
+    with pytest.raises(ValueError, match="n must be >= 1"): exact_return(ENV, POL, None, n=0)
+
 # ---- SimLLM, determinism ---------------------------------------------------------------------------
 def test_simllm_sanity():
     S = ENV.step(ENV.reset(np.array([20, 7, 30, 3])), np.array([16, 9, 31, 3]))
