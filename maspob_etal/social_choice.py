@@ -111,15 +111,15 @@ def check_P(P)->np.ndarray:
 def condorcet_winner(P)->int|None:
     "The alternative that beats every other by strict majority, or None."
     P = check_P(P); m = P.shape[0]
-    # off the diagonal only: P[a, a] may be 1/2 + 1 ulp
-    wins = ((P > 0.5) & ~np.eye(m, dtype=bool)).sum(1)
+    # off the diagonal only; a tie computed as 1/2 + 1 ulp is still a tie
+    wins = ((P > 0.5 + 1e-12) & ~np.eye(m, dtype=bool)).sum(1)
     c = int(np.argmax(wins))
     return c if wins[c] == m - 1 else None
 
 def smith_set(P)->list[int]:
     "The smallest non-empty set of alternatives that all beat (weakly, by majority) every outsider."
     P = check_P(P); m = P.shape[0]
-    beats = P >= 0.5                                     # weak majority relation a -> b
+    beats = P >= 0.5 - 1e-12                             # weak majority relation a -> b (ties by rounding too)
     reach = beats.copy()
     for k in range(m): reach |= reach[:, [k]] & reach[[k], :]   # transitive closure (Warshall)
     # a is in the Smith set iff a reaches every b, i.e. nobody outside reaches a without a reaching
@@ -165,7 +165,7 @@ def black_reward(P)->np.ndarray:
     ("Black's rule as a reward: the Borda score plus 1 for a Condorcet winner, so that a Condorcet winner "
      "always has the top reward; works on batches.")
     P = check_P(P); m = P.shape[-1]
-    beats = (P > 0.5) & ~np.eye(m, dtype=bool)                 # strict majority, off the diagonal
+    beats = (P > 0.5 + 1e-12) & ~np.eye(m, dtype=bool)         # strict majority (a tie + 1 ulp is a tie)
     return borda_scores(P) + (beats.sum(-1) == m - 1)
 
 def check_beta(beta:float)->float:
