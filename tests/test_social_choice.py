@@ -361,3 +361,21 @@ def test_vnw_window_brackets_the_thresholds():
     d = axiom_scores(c17[None], ["vnw"], [0.12])[("vnw", 0.12)]
     assert is_violation(d["A1"], "A1")[0]
     with pytest.raises(ValueError, match="0 < lo < hi"): vnw_window(C, lo=2.0, hi=1.0)
+
+
+def test_vnw_sees_beta_relative_to_the_margins():
+    # shrinking every margin by eps is the same as raising beta by 1/eps: VNW_beta(1/2 + eps (P - 1/2)) = VNW_{beta/eps}(P)
+    for i, r in enumerate(profiles(20, m=4, seed=8)):
+        P = preference_matrix(r); ref = np.random.default_rng(i).dirichlet(2 * np.ones(4))
+        for eps, beta in [(0.1, 0.05), (0.01, 0.002), (0.5, 0.3)]:
+            assert np.abs(vnw_policy(0.5 + eps * (P - 0.5), beta, ref) - vnw_policy(P, beta / eps, ref)).max() < 1e-9
+
+
+def test_ties_that_rounding_breaks_are_still_ties():
+    from maspob_etal.social_choice import all_rankings, black_reward
+    counts = [0, 2, 2, 1, 0, 1, 0, 1, 2, 0, 1, 0, 1, 1, 0, 0, 1, 2, 1, 2, 0, 2, 2, 0]   # m = 4, n = 22
+    R = all_rankings(4)
+    P = preference_matrix(np.repeat(R, counts, axis=0))
+    assert abs(P[0, 3] - 0.5) < 1e-12                      # an exact 11-11 tie, possibly computed as 1/2 + 1 ulp
+    assert condorcet_winner(P) is None                     # 0 ties with 3, so nobody beats everyone strictly
+    assert (black_reward(P) - borda_scores(P)).max() == 0  # and nobody gets the Condorcet bonus
