@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 pytestmark = pytest.mark.timeout(900)
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")   # once per worker: another file's tests in between must not rebuild it
 def site():
     if shutil.which("quarto") is None:
         subprocess.run([sys.executable, str(ROOT/"tools"/"build_docs.py")], cwd=ROOT, check=True, capture_output=True)
