@@ -119,7 +119,7 @@ def condorcet_winner(P)->int|None:
 def smith_set(P)->list[int]:
     "The smallest non-empty set of alternatives that all beat (weakly, by majority) every outsider."
     P = check_P(P); m = P.shape[0]
-    beats = P >= 0.5 - 1e-12                             # weak majority relation a -> b (ties by rounding too)
+    beats = P >= 0.5 - 1e-12          # weak majority relation a -> b (ties by rounding too)
     reach = beats.copy()
     for k in range(m): reach |= reach[:, [k]] & reach[[k], :]   # transitive closure (Warshall)
     # a is in the Smith set iff a reaches every b, i.e. nobody outside reaches a without a reaching
@@ -162,10 +162,10 @@ def bt_reward(P,                 # (m, m) or (K, m, m) preference matrices
     return r[0] if single else r
 
 def black_reward(P)->np.ndarray:
-    ("Black's rule as a reward: the Borda score plus 1 for a Condorcet winner, so that a Condorcet winner "
-     "always has the top reward; works on batches.")
+    ("Black's rule as a reward: the Borda score plus 1 for a Condorcet winner, so that a "
+     "Condorcet winner always has the top reward; works on batches.")
     P = check_P(P); m = P.shape[-1]
-    beats = (P > 0.5 + 1e-12) & ~np.eye(m, dtype=bool)         # strict majority (a tie + 1 ulp is a tie)
+    beats = (P > 0.5 + 1e-12) & ~np.eye(m, dtype=bool)   # strict majority (a tie + 1 ulp: a tie)
     return borda_scores(P) + (beats.sum(-1) == m - 1)
 
 def check_beta(beta:float)->float:
@@ -356,7 +356,7 @@ def exploitability(P, pi, beta:float, ref=None)->float:
 
 # %% ../nbs/02_social_choice.ipynb #b260af9f
 RULE_KINDS = ("rlhf_bt", "rlhf_borda", "vnw")
-SHORTCUT_KINDS = ("black",)   # the regularized Condorcet-completed Borda rule: a shortcut control, not an RLHF rule
+SHORTCUT_KINDS = ("black",)   # regularized Condorcet-completed Borda: a shortcut control, not RLHF
 
 @dataclass
 class Rule:
@@ -365,14 +365,17 @@ class Rule:
     beta: float      # KL strength; 0 means unregularized
     def __post_init__(self):
         if self.kind not in RULE_KINDS + SHORTCUT_KINDS:
-            raise ValueError(f"rule kind must be one of {RULE_KINDS + SHORTCUT_KINDS}, got {self.kind!r}")
+            raise ValueError(
+                f"rule kind must be one of {RULE_KINDS + SHORTCUT_KINDS}, got {self.kind!r}"
+            )
         self.beta = check_beta(self.beta)
     @property
     def name(self)->str: return f"{self.kind}(beta={self.beta:g})"
     def __call__(self, P, ref=None)->np.ndarray:
         if self.kind == "vnw": return vnw_policy(P, self.beta, ref)
         if self.kind == "black":
-            P = check_P(P); return rlhf_policy_from_reward(black_reward(P), self.beta, check_ref(ref, P.shape[-1]))
+            P = check_P(P)
+            return rlhf_policy_from_reward(black_reward(P), self.beta, check_ref(ref, P.shape[-1]))
         return rlhf_policy(P, self.beta, ref, reward="bt" if self.kind == "rlhf_bt" else "borda")
 
 def make_rule(kind:str, beta:float)->Rule:
@@ -892,21 +895,25 @@ def smallest_counterexamples(
     return df, found
 
 # %% ../nbs/02_social_choice.ipynb #180b0687
-def vnw_window(weights,               # (K, m!) ranking counts of the profiles (e.g. `enumerate_profiles`)
+def vnw_window(weights,               # (K, m!) ranking counts of the profiles (`enumerate_profiles`)
                lo:float=1e-3,         # bracket of the bisection in beta
                hi:float=10.0,
-               iters:int=14,          # bisection steps per threshold (a factor (hi/lo)**(2**-iters))
+               iters:int=14,          # bisection steps per threshold: (hi/lo)**(2**-iters) apart
                ref=None,              # reference policy (m,); None means uniform
               )->dict:
-    ("The β window in which the regularized von Neumann winner has neither an A1 nor an A3 counterexample "
-     "on these profiles: beta_mono (A3 clean from here), beta_cc (A1 clean up to here), open.")
+    ("The β window in which the regularized von Neumann winner has neither an A1 nor an A3 "
+     "counterexample on these profiles: beta_mono (A3 clean from here), beta_cc (A1 clean up to "
+     "here), open.")
     if not (0 < lo < hi) or isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
-        raise ValueError(f"need 0 < lo < hi and a positive integer iters, got lo={lo}, hi={hi}, iters={iters}")
-    def bad(b, ax): return bool(is_violation(axiom_scores(weights, ["vnw"], [b], ref=ref, axioms=(ax,))
-                                             [("vnw", float(b))][ax], ax).any())
+        raise ValueError(
+            f"need 0 < lo < hi and a positive integer iters, got lo={lo}, hi={hi}, iters={iters}"
+        )
+    def bad(b, ax):
+        d = axiom_scores(weights, ["vnw"], [b], ref=ref, axioms=(ax,))[("vnw", float(b))]
+        return bool(is_violation(d[ax], ax).any())
     def bisect(ax, clean_at_hi):
-        a, b = math.log(lo), math.log(hi)   # invariant: the clean end stays clean, the other end not
-        if bad(math.exp(b if clean_at_hi else a), ax): return math.nan       # never clean in the bracket
+        a, b = math.log(lo), math.log(hi)   # invariant: the clean end stays clean, the other not
+        if bad(math.exp(b if clean_at_hi else a), ax): return math.nan   # never clean in the bracket
         if not bad(math.exp(a if clean_at_hi else b), ax): return lo if clean_at_hi else hi
         for _ in range(iters):
             mid = (a + b) / 2
