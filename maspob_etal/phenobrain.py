@@ -30,355 +30,564 @@ __all__ = ['PHENO_NAMES', 'KERNELS', 'BASELINES', 'simulate_timeseries', 'connec
            'cross_validate']
 
 # %% ../nbs/09_phenobrain.ipynb #7eace385
-def _modules(n_roi:int, n_networks:int)->np.ndarray:
+def _modules(n_roi: int, n_networks: int) -> np.ndarray:
     "ROI -> module index: `n_networks` modules of (nearly) equal size, in ROI order."
-    return np.arange(n_roi)*n_networks//n_roi
+    return np.arange(n_roi) * n_networks // n_roi
+
 
 def _base_graph(n_roi, n_networks, p_in, n_bridge, w_bridge, rng):
-    "Random weighted modules chained M1-M2-...-Mn by `n_bridge` bridge edges per link; also the mask of the M1..M4 bridges."
+    "Weighted modules chained M1-M2-...-Mn by `n_bridge` edges per link; the M1..M4 bridge mask."
     mod = _modules(n_roi, n_networks)
     up = np.triu(rng.random((n_roi, n_roi)) < p_in, 1) & (mod[:, None] == mod[None, :])
-    W = np.zeros((n_roi, n_roi)); W[up] = rng.uniform(0.5, 1.0, up.sum()); W = W + W.T
+    W = np.zeros((n_roi, n_roi))
+    W[up] = rng.uniform(0.5, 1.0, up.sum())
+    W = W + W.T
     chain = np.zeros((n_roi, n_roi), bool)
-    for k in range(n_networks - 1):                                     # bridges join M_k and M_k+1 only
+    # bridges join M_k and M_k+1 only
+    for k in range(n_networks - 1):
         I, J = np.flatnonzero(mod == k), np.flatnonzero(mod == k + 1)
-        for i, j in zip(rng.choice(I, min(n_bridge, len(I)), replace=False), rng.choice(J, min(n_bridge, len(J)), replace=False)):
+        for i, j in zip(
+            rng.choice(I, min(n_bridge, len(I)), replace=False),
+            rng.choice(J, min(n_bridge, len(J)), replace=False),
+        ):
             W[i, j] = W[j, i] = w_bridge
-            if k < 3: chain[i, j] = chain[j, i] = True                  # the M1 -> M4 route: M1-M2, M2-M3, M3-M4
+            # the M1 -> M4 route: M1-M2, M2-M3, M3-M4
+            if k < 3:
+                chain[i, j] = chain[j, i] = True
     return W, chain, mod
 
-def simulate_timeseries(W:np.ndarray,     # subject graphs, (N, R, R), symmetric, non-negative
-                        T:int,            # time points kept
-                        a:float=0.95,     # gain; the process is stable for a < 1
-                        burn_in:int=100,  # steps dropped before the first kept one
-                        seed:int=0,
-                       )->np.ndarray:     # ROI time series, (N, T, R)
-    r"Stable linear Gaussian process $x_{t+1} = a\,\hat W x_t + \varepsilon_t$ with $\hat W = W/\rho_{\max}$ on each subject's graph."
-    if not 0 < a < 1: raise ValueError(f"a must be in (0, 1) for a stable process, got {a}")
-    if W.ndim != 3 or W.shape[1] != W.shape[2]: raise ValueError(f"W must have shape (N, R, R), got {W.shape}")
+
+def simulate_timeseries(
+    W: np.ndarray,  # subject graphs, (N, R, R), symmetric, non-negative
+    T: int,  # time points kept
+    a: float = 0.95,  # gain; the process is stable for a < 1
+    burn_in: int = 100,  # steps dropped before the first kept one
+    seed: int = 0,
+) -> np.ndarray:  # ROI time series, (N, T, R)
+    r"Linear Gaussian process $x_{t+1} = a\,\hat W x_t + \varepsilon_t$, $\hat W = W/\rho_{\max}$."
+    if not 0 < a < 1:
+        raise ValueError(f"a must be in (0, 1) for a stable process, got {a}")
+    if W.ndim != 3 or W.shape[1] != W.shape[2]:
+        raise ValueError(f"W must have shape (N, R, R), got {W.shape}")
     rng = np.random.default_rng(seed)
-    rho = np.abs(np.linalg.eigvalsh(W)).max()                           # one scale for the cohort: the bridge effect is not normalised away
-    A_hat = a*W/rho
+    # one scale for the cohort: the bridge effect is not normalised away
+    rho = np.abs(np.linalg.eigvalsh(W)).max()
+    A_hat = a * W / rho
     x, out = rng.standard_normal(W.shape[:2]), np.empty((W.shape[0], T, W.shape[1]))
     for t in range(burn_in + T):
         x = np.einsum("nij,nj->ni", A_hat, x) + rng.standard_normal(x.shape)
-        if t >= burn_in: out[:, t - burn_in] = x
+        if t >= burn_in:
+            out[:, t - burn_in] = x
     return out
 
-def connectomes_from_timeseries(timeseries:Sequence[np.ndarray]|np.ndarray, # per subject (T, R) ROI signals
-                                kind:str="correlation",   # nilearn kind: "correlation" or "tangent" (also "partial correlation", "covariance")
-                                zero_diagonal:bool=True,  # set A_ii to 0 (the model's convention)
-                                cov_estimator=None,       # scikit-learn covariance estimator; None: the sample covariance (plain Pearson)
-                               )->np.ndarray:             # connectomes, (N, R, R)
-    "Estimate one connectome per subject with nilearn's `ConnectivityMeasure` (the tool the field uses)."
-    try: from nilearn.connectome import ConnectivityMeasure
-    except ImportError: raise ImportError("connectome estimation needs nilearn: pip install nilearn") from None
+
+def connectomes_from_timeseries(
+    timeseries: Sequence[np.ndarray] | np.ndarray,  # per subject (T, R) ROI signals
+    kind: str = "correlation",  # nilearn kind: "correlation", "tangent", "partial correlation", ...
+    zero_diagonal: bool = True,  # set A_ii to 0 (the model's convention)
+    cov_estimator=None,  # scikit-learn covariance estimator; None: the sample covariance
+) -> np.ndarray:  # connectomes, (N, R, R)
+    "One connectome per subject from nilearn's `ConnectivityMeasure` (the tool the field uses)."
+    try:
+        from nilearn.connectome import ConnectivityMeasure
+    except ImportError:
+        raise ImportError("connectome estimation needs nilearn: pip install nilearn") from None
     from sklearn.covariance import EmpiricalCovariance
-    if cov_estimator is None: cov_estimator = EmpiricalCovariance()     # nilearn's own default, Ledoit-Wolf, can shrink weak subjects to I
+
+    # nilearn's own default, Ledoit-Wolf, can shrink weak subjects to I
+    if cov_estimator is None:
+        cov_estimator = EmpiricalCovariance()
     kinds = ("correlation", "tangent", "partial correlation", "covariance", "precision")
-    if kind not in kinds: raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
+    if kind not in kinds:
+        raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
     ts = [np.asarray(t, dtype=float) for t in timeseries]
-    if not ts or any(t.ndim != 2 for t in ts): raise ValueError("timeseries must be a non-empty list of (T, R) arrays")
-    if len({t.shape[1] for t in ts}) != 1: raise ValueError(f"every subject needs the same ROIs, got widths {sorted({t.shape[1] for t in ts})}")
-    A = ConnectivityMeasure(kind=kind, cov_estimator=cov_estimator, standardize="zscore_sample").fit_transform(ts)
-    if zero_diagonal: A[:, np.arange(A.shape[1]), np.arange(A.shape[1])] = 0.0
+    if not ts or any(t.ndim != 2 for t in ts):
+        raise ValueError("timeseries must be a non-empty list of (T, R) arrays")
+    if len({t.shape[1] for t in ts}) != 1:
+        raise ValueError(
+            f"every subject needs the same ROIs, got widths {sorted({t.shape[1] for t in ts})}"
+        )
+    A = ConnectivityMeasure(
+        kind=kind, cov_estimator=cov_estimator, standardize="zscore_sample"
+    ).fit_transform(ts)
+    if zero_diagonal:
+        A[:, np.arange(A.shape[1]), np.arange(A.shape[1])] = 0.0
     return A
 
 # %% ../nbs/09_phenobrain.ipynb #f3b9b553
 PHENO_NAMES = ("age", "sex", "site_0", "site_1", "site_2", "site_3", "score")
 
-def make_pheno_connectomes(n_subjects:int=400,   # N subjects, half of them patients
-                           n_roi:int=32,         # R regions of interest
-                           n_networks:int=4,     # modules, chained M1-M2-...; at least 4
-                           T:int=200,            # time points per subject
-                           delta:float=0.7,      # label effect on the M1..M4 bridges, in (0, 1)
-                           p_missing:float=0.1,  # chance that each phenotype variable is missing
-                           n_sites:int=4,        # acquisition sites
-                           kind:str="correlation", # connectivity kind passed to nilearn
-                           a:float=0.95,         # gain of the linear process
-                           subject_noise:float=0.2, # log-normal spread of each subject's edge weights
-                           p_in:float=0.5,       # edge density inside a module
-                           n_bridge:int=4,       # bridge edges per pair of consecutive modules
-                           w_bridge:float=1.5,   # bridge weight
-                           seed:int=0,
-                          )->dict:               # A (N,R,R), p (N,q), mask (N,q), y (N,), site (N,), age (N,), meta
-    "Synthetic cohort with a planted phenotype x connectome interaction: the sign of the patients' long-range change flips with age."
-    if n_networks < 4: raise ValueError(f"n_networks must be >= 4 (the M1 -> M4 route), got {n_networks}")
-    if n_roi < 2*n_networks: raise ValueError(f"n_roi must be at least 2 per network, got {n_roi} for {n_networks} networks")
-    if not 0 < delta < 1: raise ValueError(f"delta must be in (0, 1), got {delta}")
-    if not 0 <= p_missing < 1: raise ValueError(f"p_missing must be in [0, 1), got {p_missing}")
-    if n_sites != 4: raise ValueError(f"n_sites is 4 in this generator (its phenotype columns are fixed), got {n_sites}")
+
+def make_pheno_connectomes(
+    n_subjects: int = 400,  # N subjects, half of them patients
+    n_roi: int = 32,  # R regions of interest
+    n_networks: int = 4,  # modules, chained M1-M2-...; at least 4
+    T: int = 200,  # time points per subject
+    delta: float = 0.7,  # label effect on the M1..M4 bridges, in (0, 1)
+    p_missing: float = 0.1,  # chance that each phenotype variable is missing
+    n_sites: int = 4,  # acquisition sites
+    kind: str = "correlation",  # connectivity kind passed to nilearn
+    a: float = 0.95,  # gain of the linear process
+    subject_noise: float = 0.2,  # log-normal spread of each subject's edge weights
+    p_in: float = 0.5,  # edge density inside a module
+    n_bridge: int = 4,  # bridge edges per pair of consecutive modules
+    w_bridge: float = 1.5,  # bridge weight
+    seed: int = 0,
+) -> dict:  # A (N,R,R), p (N,q), mask (N,q), y (N,), site (N,), age (N,), meta
+    "Synthetic cohort with a planted phenotype x connectome interaction (its sign flips with age)."
+    if n_subjects < 2 or T < 2:
+        raise ValueError(f"need n_subjects >= 2 and T >= 2 time points, got {n_subjects} and {T}")
+    if n_networks < 4:
+        raise ValueError(f"n_networks must be >= 4 (the M1 -> M4 route), got {n_networks}")
+    if n_roi < 2 * n_networks:
+        raise ValueError(
+            f"n_roi must be at least 2 per network, got {n_roi} for {n_networks} networks"
+        )
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not 0 <= p_missing < 1:
+        raise ValueError(f"p_missing must be in [0, 1), got {p_missing}")
+    if n_sites != 4:
+        raise ValueError(
+            f"n_sites is 4 in this generator (its phenotype columns are fixed), got {n_sites}"
+        )
     rng = np.random.default_rng(seed)
     W, chain, mod = _base_graph(n_roi, n_networks, p_in, n_bridge, w_bridge, rng)
     N = n_subjects
-    age = rng.uniform(8, 60, N); sex = rng.integers(0, 2, N); site = rng.integers(0, n_sites, N); score = rng.standard_normal(N)
-    y = rng.permutation(np.arange(N) % 2)                                # balanced labels, independent of every phenotype
-    c = np.sign(age - np.median(age))                                    # c(p): +1 older, -1 younger than the median
-    s = 1 + delta*c*(2*y - 1)                                            # bridge scale: patients 1 + delta c, controls 1 - delta c
-    jit = np.exp(subject_noise*rng.standard_normal((N, n_roi, n_roi)))
-    Ws = W[None]*np.sqrt(jit*jit.transpose(0, 2, 1))                     # symmetric subject-specific weights
-    Ws = np.where(chain[None], Ws*s[:, None, None], Ws)
+    age = rng.uniform(8, 60, N)
+    sex = rng.integers(0, 2, N)
+    site = rng.integers(0, n_sites, N)
+    score = rng.standard_normal(N)
+    # balanced labels, independent of every phenotype
+    y = rng.permutation(np.arange(N) % 2)
+    # c(p): +1 older, -1 younger than the median
+    c = np.sign(age - np.median(age))
+    # bridge scale: patients 1 + delta c, controls 1 - delta c
+    s = 1 + delta * c * (2 * y - 1)
+    jit = np.exp(subject_noise * rng.standard_normal((N, n_roi, n_roi)))
+    # symmetric subject-specific weights
+    Ws = W[None] * np.sqrt(jit * jit.transpose(0, 2, 1))
+    Ws = np.where(chain[None], Ws * s[:, None, None], Ws)
     X = simulate_timeseries(Ws, T, a=a, seed=int(rng.integers(2**31)))
-    true_path = Ws[:, chain].mean(axis=1)                               # the route's true strength: its mean bridge weight
-    X = X/X.std(axis=1, keepdims=True)
-    g_site, s_site = rng.uniform(0, 0.3, n_sites), rng.uniform(0.2, 0.6, n_sites)   # site nuisance: global signal, scanner noise
-    X = X + g_site[site, None, None]*rng.standard_normal((N, T, 1)) + s_site[site, None, None]*rng.standard_normal(X.shape)
+    # the route's true strength: its mean bridge weight
+    true_path = Ws[:, chain].mean(axis=1)
+    X = X / X.std(axis=1, keepdims=True)
+    # site nuisance: global signal, scanner noise
+    g_site, s_site = rng.uniform(0, 0.3, n_sites), rng.uniform(0.2, 0.6, n_sites)
+    X = (
+        X
+        + g_site[site, None, None] * rng.standard_normal((N, T, 1))
+        + s_site[site, None, None] * rng.standard_normal(X.shape)
+    )
     A = connectomes_from_timeseries(list(X), kind=kind)
     onehot = np.eye(n_sites)[site]
-    p = np.column_stack([(age - age.mean())/age.std(), sex, onehot, score]).astype(np.float32)
-    var_cols = [[0], [1], [2, 3, 4, 5], [6]]                             # a missing site hides its whole one-hot block
+    p = np.column_stack([(age - age.mean()) / age.std(), sex, onehot, score]).astype(np.float32)
+    # a missing site hides its whole one-hot block
+    var_cols = [[0], [1], [2, 3, 4, 5], [6]]
     miss = rng.random((N, len(var_cols))) < p_missing
     mask = np.ones_like(p)
-    for v, cols in enumerate(var_cols): mask[np.ix_(miss[:, v], cols)] = 0.0
-    return dict(A=A.astype(np.float32), p=p*mask, mask=mask, y=y.astype(np.int64), site=site, age=age,
-                meta=dict(modules=mod, chain=chain, W=W, bridge_scale=s, true_path=true_path, pheno_names=PHENO_NAMES, kind=kind, T=T, delta=delta))
+    for v, cols in enumerate(var_cols):
+        mask[np.ix_(miss[:, v], cols)] = 0.0
+    return dict(
+        A=A.astype(np.float32),
+        p=p * mask,
+        mask=mask,
+        y=y.astype(np.int64),
+        site=site,
+        age=age,
+        meta=dict(
+            modules=mod,
+            chain=chain,
+            W=W,
+            bridge_scale=s,
+            true_path=true_path,
+            pheno_names=PHENO_NAMES,
+            kind=kind,
+            T=T,
+            delta=delta,
+        ),
+    )
 
 # %% ../nbs/09_phenobrain.ipynb #75c70198
-def path_strength(A:np.ndarray,        # connectomes, (N, R, R)
-                  modules:np.ndarray,  # ROI -> module, (R,)
-                  route:Sequence[int]=(0, 1, 2, 3), # the modules of the route, in order
-                 )->np.ndarray:        # (N,)
-    "Mean coupling along the route M1-M2-M3-M4 minus the mean of all couplings (removes the site's global offset)."
-    A = np.asarray(A); iu = np.triu_indices(A.shape[1], 1)
-    blocks = [A[:, modules == i][:, :, modules == j].mean(axis=(1, 2)) for i, j in zip(route[:-1], route[1:])]
+def path_strength(
+    A: np.ndarray,  # connectomes, (N, R, R)
+    modules: np.ndarray,  # ROI -> module, (R,)
+    route: Sequence[int] = (0, 1, 2, 3),  # the modules of the route, in order
+) -> np.ndarray:  # (N,)
+    "Mean coupling along the route M1-M2-M3-M4 minus the mean of all couplings (no site offset)."
+    A = np.asarray(A)
+    iu = np.triu_indices(A.shape[1], 1)
+    blocks = [
+        A[:, modules == i][:, :, modules == j].mean(axis=(1, 2))
+        for i, j in zip(route[:-1], route[1:])
+    ]
     return np.mean(blocks, axis=0) - A[:, iu[0], iu[1]].mean(axis=1)
 
 # %% ../nbs/09_phenobrain.ipynb #2363cca5
-def _check_connectomes(A:np.ndarray, atol:float=1e-5)->np.ndarray:
+def _check_connectomes(A: np.ndarray, atol: float = 1e-5) -> np.ndarray:
     A = np.asarray(A, dtype=np.float32)
-    if A.ndim != 3: raise ValueError(f"connectomes must have shape (N, R, R), got {A.shape}")
-    if A.shape[1] != A.shape[2]: raise ValueError(f"each connectome must be square (R, R), got {A.shape[1]} x {A.shape[2]}")
-    if not np.isfinite(A).all(): raise ValueError("connectomes hold NaN or infinite values")
+    if A.ndim != 3:
+        raise ValueError(f"connectomes must have shape (N, R, R), got {A.shape}")
+    if A.shape[1] != A.shape[2]:
+        raise ValueError(f"each connectome must be square (R, R), got {A.shape[1]} x {A.shape[2]}")
+    if not np.isfinite(A).all():
+        raise ValueError("connectomes hold NaN or infinite values")
     asym = np.abs(A - A.transpose(0, 2, 1)).max()
-    if asym > atol: raise ValueError(f"connectomes must be symmetric (A = A^T); the largest |A - A^T| is {asym:.3g}")
+    if asym > atol:
+        raise ValueError(
+            f"connectomes must be symmetric (A = A^T); the largest |A - A^T| is {asym:.3g}"
+        )
     return A
 
-def load_connectomes(npz_path:str|Path,         # .npz with `connectomes` (N, R, R) and `subject_id` (N,)
-                     phenotype_csv:str|Path,    # CSV with one row per subject: id, label and phenotype columns
-                     label:str="label",         # column of the 0/1 label
-                     id_col:str="subject_id",   # column matching the npz's `subject_id`
-                     categorical:Sequence[str]=(), # columns to one-hot encode (e.g. site, sex)
-                     zero_diagonal:bool=True,   # set A_ii to 0
-                    )->dict:                    # A, p, mask, y, site (None), meta: the layout of `make_pheno_connectomes`
-    "Read your own preprocessed connectomes and phenotypes; empty CSV cells become masked (missing) phenotypes."
+
+def load_connectomes(
+    npz_path: str | Path,  # .npz with `connectomes` (N, R, R) and `subject_id` (N,)
+    phenotype_csv: str | Path,  # CSV with one row per subject: id, label and phenotype columns
+    label: str = "label",  # column of the 0/1 label
+    id_col: str = "subject_id",  # column matching the npz's `subject_id`
+    categorical: Sequence[str] = (),  # columns to one-hot encode (e.g. site, sex)
+    zero_diagonal: bool = True,  # set A_ii to 0
+) -> dict:  # A, p, mask, y, site (None), meta: the layout of `make_pheno_connectomes`
+    "Read your own connectomes and phenotypes; empty CSV cells become masked (missing) phenotypes."
     npz_path, phenotype_csv = Path(npz_path), Path(phenotype_csv)
     for f in (npz_path, phenotype_csv):
-        if not f.exists(): raise FileNotFoundError(f"{f} does not exist: pass the path of your .npz connectomes and phenotype CSV")
+        if not f.exists():
+            raise FileNotFoundError(
+                f"{f} does not exist: pass the path of your .npz connectomes and phenotype CSV"
+            )
     z = np.load(npz_path, allow_pickle=False)
-    if "connectomes" not in z: raise KeyError(f"{npz_path.name} must hold an array 'connectomes' (N, R, R); it has {list(z.keys())}")
+    if "connectomes" not in z:
+        raise KeyError(
+            f"{npz_path.name} must hold an array 'connectomes' (N, R, R); it has {list(z.keys())}"
+        )
     A = _check_connectomes(z["connectomes"])
     ids = [str(i) for i in z["subject_id"]] if "subject_id" in z else None
     df = pd.read_csv(phenotype_csv)
     if len(df) != len(A):
-        raise ValueError(f"{phenotype_csv.name} has {len(df)} rows but {npz_path.name} has {len(A)} connectomes: one row per subject")
+        raise ValueError(
+            f"{phenotype_csv.name} has {len(df)} rows but {npz_path.name} has {len(A)} "
+            "connectomes: one row per subject"
+        )
     if ids is not None:
-        if id_col not in df: raise KeyError(f"{phenotype_csv.name} needs an id column {id_col!r} to match the npz's subject_id")
+        if id_col not in df:
+            raise KeyError(
+                f"{phenotype_csv.name} needs an id column {id_col!r} to match the npz's subject_id"
+            )
         df = df.set_index(df[id_col].astype(str))
         missing_ids = [i for i in ids if i not in df.index]
-        if missing_ids: raise ValueError(f"subjects {missing_ids[:5]} of {npz_path.name} are not in {phenotype_csv.name}")
+        if missing_ids:
+            raise ValueError(
+                f"subjects {missing_ids[:5]} of {npz_path.name} are not in {phenotype_csv.name}"
+            )
         df = df.loc[ids].reset_index(drop=True)
-    if label not in df: raise KeyError(f"{phenotype_csv.name} has no label column {label!r}; columns: {list(df.columns)}")
+    if label not in df:
+        raise KeyError(
+            f"{phenotype_csv.name} has no label column {label!r}; columns: {list(df.columns)}"
+        )
     y = df[label].to_numpy()
-    if df[label].isna().any() or not set(np.unique(y)) <= {0, 1}: raise ValueError(f"column {label!r} must hold 0/1 labels for every subject")
+    if df[label].isna().any() or not set(np.unique(y)) <= {0, 1}:
+        raise ValueError(f"column {label!r} must hold 0/1 labels for every subject")
     cols, masks, names = [], [], []
     for col in df.columns:
-        if col in (label, id_col): continue
+        if col in (label, id_col):
+            continue
         v = df[col]
         if col in categorical or not pd.api.types.is_numeric_dtype(v):
             levels = sorted(v.dropna().astype(str).unique())
             oh = np.stack([(v.astype(str) == l).to_numpy(float) for l in levels], 1)
             m = np.repeat(v.notna().to_numpy(float)[:, None], len(levels), 1)
-            cols.append(oh*m); masks.append(m); names += [f"{col}={l}" for l in levels]
+            cols.append(oh * m)
+            masks.append(m)
+            names += [f"{col}={l}" for l in levels]
         else:
-            m = v.notna().to_numpy(float); x = v.to_numpy(float)
+            m = v.notna().to_numpy(float)
+            x = v.to_numpy(float)
             mu, sd = np.nanmean(x), np.nanstd(x)
-            cols.append(np.nan_to_num((x - mu)/(sd if sd > 0 else 1.0))[:, None]*m[:, None]); masks.append(m[:, None]); names.append(col)
-    if not cols: raise ValueError(f"{phenotype_csv.name} has no phenotype columns besides {id_col!r} and {label!r}")
-    if zero_diagonal: A = A.copy(); A[:, np.arange(A.shape[1]), np.arange(A.shape[1])] = 0.0
-    return dict(A=A, p=np.concatenate(cols, 1).astype(np.float32), mask=np.concatenate(masks, 1).astype(np.float32),
-                y=y.astype(np.int64), site=None, meta=dict(pheno_names=tuple(names), subject_id=ids))
+            cols.append(np.nan_to_num((x - mu) / (sd if sd > 0 else 1.0))[:, None] * m[:, None])
+            masks.append(m[:, None])
+            names.append(col)
+    if not cols:
+        raise ValueError(
+            f"{phenotype_csv.name} has no phenotype columns besides {id_col!r} and {label!r}"
+        )
+    if zero_diagonal:
+        A = A.copy()
+        A[:, np.arange(A.shape[1]), np.arange(A.shape[1])] = 0.0
+    return dict(
+        A=A,
+        p=np.concatenate(cols, 1).astype(np.float32),
+        mask=np.concatenate(masks, 1).astype(np.float32),
+        y=y.astype(np.int64),
+        site=None,
+        meta=dict(pheno_names=tuple(names), subject_id=ids),
+    )
 
-def save_connectomes(npz_path:str|Path,     # where to write the .npz
-                     connectomes:np.ndarray, # (N, R, R)
-                     subject_id:Sequence,    # (N,) ids matching the phenotype CSV
-                    )->Path:
-    "Write connectomes (e.g. from `connectomes_from_timeseries`) in the layout `load_connectomes` reads."
+
+def save_connectomes(
+    npz_path: str | Path,  # where to write the .npz
+    connectomes: np.ndarray,  # (N, R, R)
+    subject_id: Sequence,  # (N,) ids matching the phenotype CSV
+) -> Path:
+    "Write connectomes in the layout that `load_connectomes` reads."
     A = _check_connectomes(connectomes)
-    if len(subject_id) != len(A): raise ValueError(f"{len(subject_id)} subject ids for {len(A)} connectomes")
-    np.savez_compressed(npz_path, connectomes=A, subject_id=np.asarray([str(s) for s in subject_id]))
+    if len(subject_id) != len(A):
+        raise ValueError(f"{len(subject_id)} subject ids for {len(A)} connectomes")
+    np.savez_compressed(
+        npz_path, connectomes=A, subject_id=np.asarray([str(s) for s in subject_id])
+    )
     return Path(npz_path)
 
 # %% ../nbs/09_phenobrain.ipynb #5e5f3f6e
-def topk_mask(A:Tensor,  # connectomes, (B, R, R) or (R, R)
-              k:int,     # kappa: neighbours kept per ROI
-             )->Tensor:  # bool, same shape: True at each row's k largest |A_ij|, j != i
+def topk_mask(
+    A: Tensor,  # connectomes, (B, R, R) or (R, R)
+    k: int,  # kappa: neighbours kept per ROI
+) -> Tensor:  # bool, same shape: True at each row's k largest |A_ij|, j != i
     "Per row, the `k` strongest absolute couplings, the diagonal excluded."
     R = A.shape[-1]
-    if A.shape[-2] != R: raise ValueError(f"connectomes must be square (.., R, R), got {tuple(A.shape)}")
-    if not 1 <= k < R: raise ValueError(f"k must be in [1, n_roi - 1] = [1, {R - 1}], got {k}")
-    score = A.abs().masked_fill(torch.eye(R, dtype=torch.bool, device=A.device), -1.0)   # never pick the diagonal
+    if A.shape[-2] != R:
+        raise ValueError(f"connectomes must be square (.., R, R), got {tuple(A.shape)}")
+    if not 1 <= k < R:
+        raise ValueError(f"k must be in [1, n_roi - 1] = [1, {R - 1}], got {k}")
+    # never pick the diagonal
+    score = A.abs().masked_fill(torch.eye(R, dtype=torch.bool, device=A.device), -1.0)
     idx = score.topk(k, dim=-1).indices
     return torch.zeros_like(A, dtype=torch.bool).scatter_(-1, idx, True)
 
-def topk_transition(A:Tensor, # connectomes, (B, R, R)
-                    k:int,    # kappa: neighbours kept per ROI before symmetrising
-                   )->Tensor: # P = D^-1 W, (B, R, R), row-stochastic
+
+def topk_transition(
+    A: Tensor,  # connectomes, (B, R, R)
+    k: int,  # kappa: neighbours kept per ROI before symmetrising
+) -> Tensor:  # P = D^-1 W, (B, R, R), row-stochastic
     r"Routing graph: top-$\kappa$ $|A|$ per row, symmetrised, $W=|A|\odot M$, then $P=D^{-1}W$."
     M = topk_mask(A, k)
-    W = A.abs()*(M | M.transpose(-1, -2))                                # symmetrise the support, weights |A_ij|
+    # symmetrise the support, weights |A_ij|
+    W = A.abs() * (M | M.transpose(-1, -2))
     deg = W.sum(-1, keepdim=True)
-    return torch.where(deg > 0, W/deg.clamp_min(1e-12), torch.eye(A.shape[-1], device=A.device).expand_as(W))   # an isolated ROI keeps its own signal
+    # an isolated ROI keeps its own signal
+    return torch.where(
+        deg > 0, W / deg.clamp_min(1e-12), torch.eye(A.shape[-1], device=A.device).expand_as(W)
+    )
 
 # %% ../nbs/09_phenobrain.ipynb #b6d96e91
-def multihop_kernel(P:Tensor,     # transition matrices, (B, R, R)
-                    alpha:Tensor, # hop weights on the simplex, (B, H+1) or (H+1,)
-                   )->Tensor:     # K = sum_h alpha_h P^h, (B, R, R)
-    r"Multi-hop communication kernel $K=\sum_{h=0}^{H}\alpha_h P^h$ (powers by repeated batched products)."
-    if alpha.dim() == 1: alpha = alpha.expand(P.shape[0], -1)
-    if alpha.shape[0] != P.shape[0]: raise ValueError(f"alpha has {alpha.shape[0]} rows for {P.shape[0]} matrices")
+def multihop_kernel(
+    P: Tensor,  # transition matrices, (B, R, R)
+    alpha: Tensor,  # hop weights on the simplex, (B, H+1) or (H+1,)
+) -> Tensor:  # K = sum_h alpha_h P^h, (B, R, R)
+    r"Multi-hop communication kernel $K=\sum_{h=0}^{H}\alpha_h P^h$ (repeated batched products)."
+    if alpha.dim() == 1:
+        alpha = alpha.expand(P.shape[0], -1)
+    if alpha.shape[0] != P.shape[0]:
+        raise ValueError(f"alpha has {alpha.shape[0]} rows for {P.shape[0]} matrices")
     Ph = torch.eye(P.shape[-1], dtype=P.dtype, device=P.device).expand_as(P)
-    K = alpha[:, 0, None, None]*Ph
+    K = alpha[:, 0, None, None] * Ph
     for h in range(1, alpha.shape[1]):
-        Ph = Ph @ P                                                      # P^h
-        K = K + alpha[:, h, None, None]*Ph
+        Ph = Ph @ P  # P^h
+        K = K + alpha[:, h, None, None] * Ph
     return K
 
-def hop_powers(A:Tensor,  # connectomes, (B, R, R)
-               k:int,     # kappa of `topk_transition`
-               hops:int,  # H
-              )->Tensor:  # (B, H+1, R, R): I, P, ..., P^H
-    "The powers of the routing graph's transition matrix; they depend on A only, so training computes them once."
+
+def hop_powers(
+    A: Tensor,  # connectomes, (B, R, R)
+    k: int,  # kappa of `topk_transition`
+    hops: int,  # H
+) -> Tensor:  # (B, H+1, R, R): I, P, ..., P^H
+    "Powers of the routing graph's transition matrix (they depend on A only: computed once)."
     P = topk_transition(A, k)
     out = [torch.eye(A.shape[-1], dtype=A.dtype, device=A.device).expand_as(P)]
-    for _ in range(hops): out.append(out[-1] @ P)
+    for _ in range(hops):
+        out.append(out[-1] @ P)
     return torch.stack(out, 1)
 
-def normalized_laplacian(W:Tensor)->Tensor:
-    r"$L = I - D^{-1/2} W D^{-1/2}$ of symmetric weights `W` (B, R, R); isolated ROIs get $L_{ii}=1$."
+
+def normalized_laplacian(W: Tensor) -> Tensor:
+    r"$L = I - D^{-1/2} W D^{-1/2}$ of symmetric `W` (B, R, R); isolated ROIs get $L_{ii}=1$."
     d = W.sum(-1)
     dinv = torch.where(d > 0, d.clamp_min(1e-12).rsqrt(), torch.zeros_like(d))
-    return torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - dinv[..., :, None]*W*dinv[..., None, :]
+    return (
+        torch.eye(W.shape[-1], dtype=W.dtype, device=W.device)
+        - dinv[..., :, None] * W * dinv[..., None, :]
+    )
 
-def heat_kernel(L:Tensor,   # normalised Laplacians, (B, R, R)
-                tau:Tensor, # diffusion times, (B,) or scalar, >= 0
-               )->Tensor:   # exp(-tau L), (B, R, R)
+
+def heat_kernel(
+    L: Tensor,  # normalised Laplacians, (B, R, R)
+    tau: Tensor,  # diffusion times, (B,) or scalar, >= 0
+) -> Tensor:  # exp(-tau L), (B, R, R)
     r"Heat (communicability) kernel $K = \exp(-\tau L)$."
     tau = torch.as_tensor(tau, dtype=L.dtype, device=L.device).reshape(-1, 1, 1)
-    return torch.linalg.matrix_exp(-tau*L)
+    return torch.linalg.matrix_exp(-tau * L)
 
 # %% ../nbs/09_phenobrain.ipynb #4f460dee
 class PhenoEncoder(nn.Module):
     r"$z = \mathrm{MLP}([p\odot\mu,\ \mu])$: missing entries contribute 0 plus their indicator."
-    def __init__(self, q:int, d_p:int=32):
+
+    def __init__(self, q: int, d_p: int = 32):
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(2*q, d_p), nn.GELU(), nn.Linear(d_p, d_p))
-    def forward(self, p:Tensor, mask:Tensor)->Tensor:
-        "Encode phenotypes `p` (B, q) with missing-value mask `mask` (B, q, 1 = observed) into z (B, d_p)."
-        return self.mlp(torch.cat([p*mask, mask], -1))
+        self.mlp = nn.Sequential(nn.Linear(2 * q, d_p), nn.GELU(), nn.Linear(d_p, d_p))
+
+    def forward(self, p: Tensor, mask: Tensor) -> Tensor:
+        "Encode phenotypes `p` (B, q) with their mask (B, q; 1 = observed) into z (B, d_p)."
+        return self.mlp(torch.cat([p * mask, mask], -1))
 
 # %% ../nbs/09_phenobrain.ipynb #62e8d5e3
 KERNELS = ("multihop", "heat")
 
+
 @dataclass
 class PhenoBrainConfig:
-    "Sizes and switches of `PhenoBrain`; the baselines are the same model with switches off (see `make_baseline`)."
-    n_roi: int                  # R regions
-    d_pheno_in: int             # q phenotype columns
-    d: int = 64                 # node embedding width
-    d_p: int = 32               # phenotype embedding width
-    heads: int = 4              # attention heads
-    hops: int = 3               # H, highest power of P in the kernel
-    topk: int = 9               # kappa, neighbours per ROI in the routing graph
-    kernel: str = "multihop"    # "multihop" (sum_h alpha_h P^h) or "heat" (exp(-tau L))
-    lambda_reg: float = 0.5     # weight of the KL regulation at the start (annealed to a tenth)
-    beta_init: float = 1.0      # initial weight of the log-prior bias in the attention scores
-    use_routing: bool = True    # hop weights (or tau) depend on the phenotype; False: one learned set for all subjects
-    use_regulation: bool = True # attention biased and KL-regulated toward the prior
-    pheno_prior: bool = True    # the prior is the phenotype-conditioned kernel; False: the phenotype-free one
-    late_fusion: bool = True    # phenotype embedding concatenated at the classifier head
+    "Sizes and switches of `PhenoBrain`; the baselines switch parts off (see `make_baseline`)."
+
+    n_roi: int  # R regions
+    d_pheno_in: int  # q phenotype columns
+    d: int = 64  # node embedding width
+    d_p: int = 32  # phenotype embedding width
+    heads: int = 4  # attention heads
+    hops: int = 3  # H, highest power of P in the kernel
+    topk: int = 9  # kappa, neighbours per ROI in the routing graph
+    kernel: str = "multihop"  # "multihop" (sum_h alpha_h P^h) or "heat" (exp(-tau L))
+    lambda_reg: float = 0.5  # weight of the KL regulation at the start (annealed to a tenth)
+    beta_init: float = 1.0  # initial weight of the log-prior bias in the attention scores
+    # hop weights (or tau) depend on the phenotype; False: one learned set for all subjects
+    use_routing: bool = True
+    use_regulation: bool = True  # attention biased and KL-regulated toward the prior
+    # the prior is the phenotype-conditioned kernel; False: the phenotype-free one
+    pheno_prior: bool = True
+    late_fusion: bool = True  # phenotype embedding concatenated at the classifier head
     early_fusion: bool = False  # phenotype embedding concatenated to every node's features
     dropout: float = 0.2
-    head_hidden: int = 64       # hidden width of the classifier head
+    head_hidden: int = 64  # hidden width of the classifier head
 
     def __post_init__(self):
-        if self.kernel not in KERNELS: raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
-        if not 1 <= self.topk < self.n_roi: raise ValueError(f"topk must be in [1, n_roi - 1] = [1, {self.n_roi - 1}], got {self.topk}")
-        if self.d % self.heads: raise ValueError(f"d={self.d} must be divisible by heads={self.heads}")
-        if self.hops < 1: raise ValueError(f"hops must be >= 1, got {self.hops}")
-        if self.lambda_reg < 0: raise ValueError(f"lambda_reg must be >= 0, got {self.lambda_reg}")
+        sizes = ("n_roi", "d_pheno_in", "d", "d_p", "heads", "head_hidden")
+        bad = {k: getattr(self, k) for k in sizes if getattr(self, k) < 1}
+        if bad: raise ValueError(f"sizes must be positive integers, got {bad}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
+        if not 1 <= self.topk < self.n_roi:
+            raise ValueError(
+                f"topk must be in [1, n_roi - 1] = [1, {self.n_roi - 1}], got {self.topk}"
+            )
+        if self.d % self.heads:
+            raise ValueError(f"d={self.d} must be divisible by heads={self.heads}")
+        if self.hops < 1:
+            raise ValueError(f"hops must be >= 1, got {self.hops}")
+        if self.lambda_reg < 0:
+            raise ValueError(f"lambda_reg must be >= 0, got {self.lambda_reg}")
 
     @property
-    def uses_pheno(self)->bool:
+    def uses_pheno(self) -> bool:
         "Does the phenotype reach the model anywhere?"
-        return self.use_routing or (self.use_regulation and self.pheno_prior) or self.late_fusion or self.early_fusion
+        return (
+            self.use_routing
+            or (self.use_regulation and self.pheno_prior)
+            or self.late_fusion
+            or self.early_fusion
+        )
 
 # %% ../nbs/09_phenobrain.ipynb #a3be674c
 class PhenoRouting(nn.Module):
-    "Phenotype-conditioned long-range routing: hop weights (or heat time) from z, the kernel, one message-passing layer."
-    def __init__(self, c:PhenoBrainConfig, d_in:int):
+    "Phenotype-conditioned routing: hop weights (or heat time) from z, the kernel, message passing."
+
+    def __init__(self, c: PhenoBrainConfig, d_in: int):
         super().__init__()
         self.c, n_out = c, (c.hops + 1 if c.kernel == "multihop" else 1)
         if c.use_routing or (c.use_regulation and c.pheno_prior):
-            self.U = nn.Linear(c.d_p, n_out)                              # alpha(z) = softmax(U z), or tau(z) = softplus(U z)
+            # alpha(z) = softmax(U z), or tau(z) = softplus(U z)
+            self.U = nn.Linear(c.d_p, n_out)
         if not c.use_routing or (c.use_regulation and not c.pheno_prior):
-            self.u0 = nn.Parameter(torch.zeros(n_out))                    # the phenotype-free hop weights (or heat time)
+            # the phenotype-free hop weights (or heat time)
+            self.u0 = nn.Parameter(torch.zeros(n_out))
         self.W1, self.W0 = nn.Linear(d_in, c.d), nn.Linear(d_in, c.d, bias=False)
         self.norm = nn.LayerNorm(c.d)
 
-    def kernel(self, A:Tensor, z:Tensor|None, pheno:bool, powers:Tensor|None=None)->tuple[Tensor, Tensor]:
-        "K (B, R, R) and its hop weights alpha (B, H+1) (or heat times tau (B, 1)), from z when `pheno` else from u0."
+    def kernel(
+        self, A: Tensor, z: Tensor | None, pheno: bool, powers: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        "K (B, R, R) and hop weights (B, H+1) or heat times (B, 1); from z if `pheno`, else u0."
         B = A.shape[0]
         logits = self.U(z) if pheno else self.u0.expand(B, -1)
         if self.c.kernel == "multihop":
             alpha = logits.softmax(-1)
-            if powers is None: powers = hop_powers(A, self.c.topk, self.c.hops)
-            return torch.einsum("bh,bhij->bij", alpha, powers), alpha     # sum_h alpha_h P^h from cached powers
+            if powers is None:
+                powers = hop_powers(A, self.c.topk, self.c.hops)
+            # sum_h alpha_h P^h from cached powers
+            return torch.einsum("bh,bhij->bij", alpha, powers), alpha
         M = topk_mask(A, self.c.topk)
         tau = F.softplus(logits)
-        return heat_kernel(normalized_laplacian(A.abs()*(M | M.transpose(-1, -2))), tau[:, 0]), tau
+        return heat_kernel(
+            normalized_laplacian(A.abs() * (M | M.transpose(-1, -2))), tau[:, 0]
+        ), tau
 
 # %% ../nbs/09_phenobrain.ipynb #ef11390f
 @patch
-def forward(self:PhenoRouting, X:Tensor, A:Tensor, z:Tensor|None, powers:Tensor|None=None)->tuple[Tensor, Tensor, Tensor, Tensor]:
-    r"$H^{(1)}=\mathrm{LN}(\mathrm{GELU}(K X W_1 + X W_0))$; returns H1 (B,R,d), K, the prior kernel and the hop weights."
+def forward(
+    self: PhenoRouting, X: Tensor, A: Tensor, z: Tensor | None, powers: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"$H^{(1)}=\mathrm{LN}(\mathrm{GELU}(K X W_1 + X W_0))$; H1 (B,R,d), K, the prior, hop weights."
     c = self.c
     K, alpha = self.kernel(A, z, c.use_routing, powers)
     H = self.norm(F.gelu(self.W1(K @ X) + self.W0(X)))
-    if not c.use_regulation: prior = None
-    elif c.pheno_prior == c.use_routing: prior = K
-    else: prior = self.kernel(A, z, c.pheno_prior, powers)[0]
-    return H, K, (None if prior is None else prior.detach()), alpha    # the prior is a target: gradients stopped
+    if not c.use_regulation:
+        prior = None
+    elif c.pheno_prior == c.use_routing:
+        prior = K
+    else:
+        prior = self.kernel(A, z, c.pheno_prior, powers)[0]
+    # the prior is a target: gradients stopped
+    return H, K, (None if prior is None else prior.detach()), alpha
 
 # %% ../nbs/09_phenobrain.ipynb #92ce2dee
-def kl_regulation(prior:Tensor, # Pi, (B, R, R) row-stochastic
-                  att:Tensor,   # attention, (B, heads, R, R) or (B, R, R), row-stochastic
-                  eps:float=1e-8,
-                 )->Tensor:     # scalar
-    r"$L_{reg}=\frac1R\sum_i \mathrm{KL}(\Pi_{i\cdot}\,\|\,\mathrm{Att}_{i\cdot})$, averaged over heads and subjects."
-    if att.dim() == 4: prior = prior[:, None]
-    kl = torch.xlogy(prior, prior) - prior*torch.log(att.clamp_min(eps))   # 0 log 0 = 0
+def kl_regulation(
+    prior: Tensor,  # Pi, (B, R, R) row-stochastic
+    att: Tensor,  # attention, (B, heads, R, R) or (B, R, R), row-stochastic
+    eps: float = 1e-8,
+) -> Tensor:  # scalar
+    r"$L_{reg}=\frac1R\sum_i \mathrm{KL}(\Pi_{i\cdot}\,\|\,\mathrm{Att}_{i\cdot})$, head mean."
+    if att.dim() == 4:
+        prior = prior[:, None]
+    kl = torch.xlogy(prior, prior) - prior * torch.log(att.clamp_min(eps))  # 0 log 0 = 0
     return kl.sum(-1).mean()
 
+
 class RegulatedAttention(nn.Module):
-    r"ROI self-attention with scores $QK^\top/\sqrt{d_h} + \beta\log(\Pi+\epsilon)$, then residual, FFN and LayerNorm."
-    def __init__(self, d:int, heads:int=4, dropout:float=0.2, beta_init:float=1.0, use_prior:bool=True, eps:float=1e-6):
+    r"ROI self-attention, scores $QK^\top/\sqrt{d_h} + \beta\log(\Pi+\epsilon)$; residual, FFN, LN."
+
+    def __init__(
+        self,
+        d: int,
+        heads: int = 4,
+        dropout: float = 0.2,
+        beta_init: float = 1.0,
+        use_prior: bool = True,
+        eps: float = 1e-6,
+    ):
         super().__init__()
-        self.h, self.dh, self.eps, self.use_prior = heads, d//heads, eps, use_prior
-        self.qkv, self.o = nn.Linear(d, 3*d), nn.Linear(d, d)
-        if use_prior: self.beta = nn.Parameter(torch.tensor(float(beta_init)))
-        self.ffn = nn.Sequential(nn.Linear(d, 2*d), nn.GELU(), nn.Dropout(dropout), nn.Linear(2*d, d))
+        self.h, self.dh, self.eps, self.use_prior = heads, d // heads, eps, use_prior
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        if use_prior:
+            self.beta = nn.Parameter(torch.tensor(float(beta_init)))
+        self.ffn = nn.Sequential(
+            nn.Linear(d, 2 * d), nn.GELU(), nn.Dropout(dropout), nn.Linear(2 * d, d)
+        )
         self.n1, self.n2, self.drop = nn.LayerNorm(d), nn.LayerNorm(d), nn.Dropout(dropout)
 
 # %% ../nbs/09_phenobrain.ipynb #01766835
 @patch
-def forward(self:RegulatedAttention, H:Tensor, prior:Tensor|None=None)->tuple[Tensor, Tensor]:
-    "Attend over ROIs of H (B, R, d) under the prior (B, R, R); returns H2 (B, R, d) and Att (B, heads, R, R)."
+def forward(
+    self: RegulatedAttention, H: Tensor, prior: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    "Attend over the ROIs of H (B, R, d) under the prior (B, R, R): H2 (B, R, d), Att (B, h, R, R)."
     B, R, d = H.shape
-    q, k, v = self.qkv(H).view(B, R, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)    # each (B, heads, R, dh)
-    S = q @ k.transpose(-1, -2)/math.sqrt(self.dh)
+    # each (B, heads, R, dh)
+    q, k, v = self.qkv(H).view(B, R, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+    S = q @ k.transpose(-1, -2) / math.sqrt(self.dh)
     if self.use_prior:
-        if prior is None: raise ValueError("this attention is regulated: pass the prior (B, R, R)")
-        S = S + self.beta*torch.log(prior + self.eps)[:, None]           # beta log(Pi + eps), the same for each head
+        if prior is None:
+            raise ValueError("this attention is regulated: pass the prior (B, R, R)")
+        # beta log(Pi + eps), the same for each head
+        S = S + self.beta * torch.log(prior + self.eps)[:, None]
     att = S.softmax(-1)
     out = (self.drop(att) @ v).transpose(1, 2).reshape(B, R, d)
     H = self.n1(H + self.o(out))
@@ -386,158 +595,277 @@ def forward(self:RegulatedAttention, H:Tensor, prior:Tensor|None=None)->tuple[Te
 
 # %% ../nbs/09_phenobrain.ipynb #90c03e7c
 class PhenoBrain(nn.Module):
-    "PhenoBrain: phenotype encoder, phenotype-conditioned routing, regulated attention, mean/max readout and a head."
-    def __init__(self, c:PhenoBrainConfig):
+    "Phenotype encoder, phenotype-conditioned routing, regulated attention, readout and head."
+
+    def __init__(self, c: PhenoBrainConfig):
         super().__init__()
         self.c = c
-        if c.uses_pheno: self.enc = PhenoEncoder(c.d_pheno_in, c.d_p)
+        if c.uses_pheno:
+            self.enc = PhenoEncoder(c.d_pheno_in, c.d_p)
         self.route = PhenoRouting(c, c.n_roi + (c.d_p if c.early_fusion else 0))
-        self.att = RegulatedAttention(c.d, c.heads, c.dropout, c.beta_init, use_prior=c.use_regulation)
-        d_head = 2*c.d + (c.d_p if c.late_fusion else 0)
-        self.head = nn.Sequential(nn.Linear(d_head, c.head_hidden), nn.GELU(), nn.Dropout(c.dropout), nn.Linear(c.head_hidden, 1))
+        self.att = RegulatedAttention(
+            c.d, c.heads, c.dropout, c.beta_init, use_prior=c.use_regulation
+        )
+        d_head = 2 * c.d + (c.d_p if c.late_fusion else 0)
+        self.head = nn.Sequential(
+            nn.Linear(d_head, c.head_hidden),
+            nn.GELU(),
+            nn.Dropout(c.dropout),
+            nn.Linear(c.head_hidden, 1),
+        )
 
 # %% ../nbs/09_phenobrain.ipynb #3e945c87
 @patch
-def forward(self:PhenoBrain, A:Tensor, p:Tensor|None=None, mask:Tensor|None=None, powers:Tensor|None=None)->dict:
-    "Logits (B,), the regulation loss, the kernel K, the prior, attention and hop weights for connectomes A (B, R, R)."
+def forward(
+    self: PhenoBrain,
+    A: Tensor,
+    p: Tensor | None = None,
+    mask: Tensor | None = None,
+    powers: Tensor | None = None,
+) -> dict:
+    "Logits (B,), regulation loss, kernel K, prior, attention, hop weights for A (B, R, R)."
     c = self.c
     if A.dim() != 3 or A.shape[1] != A.shape[2] or A.shape[1] != c.n_roi:
         raise ValueError(f"A must have shape (B, {c.n_roi}, {c.n_roi}), got {tuple(A.shape)}")
     z = None
     if c.uses_pheno:
-        if p is None: raise ValueError("this model uses phenotypes: pass p (B, q) and mask (B, q)")
-        if p.shape != (A.shape[0], c.d_pheno_in): raise ValueError(f"p must have shape ({A.shape[0]}, {c.d_pheno_in}), got {tuple(p.shape)}")
+        if p is None:
+            raise ValueError("this model uses phenotypes: pass p (B, q) and mask (B, q)")
+        if p.shape != (A.shape[0], c.d_pheno_in):
+            raise ValueError(
+                f"p must have shape ({A.shape[0]}, {c.d_pheno_in}), got {tuple(p.shape)}"
+            )
         z = self.enc(p, torch.ones_like(p) if mask is None else mask)
-    X = A if not c.early_fusion else torch.cat([A, z[:, None].expand(-1, A.shape[1], -1)], -1)   # node features: connection profiles
-    H1, K, prior, alpha = self.route(X, A, z, powers)   # powers: optional cache from `hop_powers`
+    # node features: connection profiles
+    X = A if not c.early_fusion else torch.cat([A, z[:, None].expand(-1, A.shape[1], -1)], -1)
+    H1, K, prior, alpha = self.route(X, A, z, powers)  # powers: optional cache from `hop_powers`
     H2, att = self.att(H1, prior)
     e = torch.cat([H2.mean(1), H2.amax(1)] + ([z] if c.late_fusion else []), -1)
     reg = kl_regulation(prior, att) if c.use_regulation else A.new_zeros(())
-    return dict(logits=self.head(e)[:, 0], reg_loss=reg, K=K, prior=prior, att=att, alpha=alpha, H=H2)
+    return dict(
+        logits=self.head(e)[:, 0], reg_loss=reg, K=K, prior=prior, att=att, alpha=alpha, H=H2
+    )
 
 # %% ../nbs/09_phenobrain.ipynb #06483887
-BASELINES = ("phenobrain", "late_fusion", "early_fusion", "no_routing", "no_regulation", "connectome_only")
+BASELINES = (
+    "phenobrain",
+    "late_fusion",
+    "early_fusion",
+    "no_routing",
+    "no_regulation",
+    "connectome_only",
+)
 
-def make_baseline(kind:str,             # one of BASELINES
-                  c:PhenoBrainConfig,   # PhenoBrain's configuration
-                  seed:int=0,           # initialisation seed
-                 )->PhenoBrain:
+
+def make_baseline(
+    kind: str,  # one of BASELINES
+    c: PhenoBrainConfig,  # PhenoBrain's configuration
+    seed: int = 0,  # initialisation seed
+) -> PhenoBrain:
     "PhenoBrain or one of its baselines and ablations: the same class and budget with switches off."
-    if kind not in BASELINES: raise ValueError(f"kind must be one of {BASELINES}, got {kind!r}")
-    off = dict(phenobrain={}, late_fusion=dict(use_routing=False, pheno_prior=False),
-               early_fusion=dict(use_routing=False, pheno_prior=False, early_fusion=True),
-               no_routing=dict(use_routing=False), no_regulation=dict(use_regulation=False),
-               connectome_only=dict(use_routing=False, pheno_prior=False, late_fusion=False))[kind]
+    if kind not in BASELINES:
+        raise ValueError(f"kind must be one of {BASELINES}, got {kind!r}")
+    off = dict(
+        phenobrain={},
+        late_fusion=dict(use_routing=False, pheno_prior=False),
+        early_fusion=dict(use_routing=False, pheno_prior=False, early_fusion=True),
+        no_routing=dict(use_routing=False),
+        no_regulation=dict(use_regulation=False),
+        connectome_only=dict(use_routing=False, pheno_prior=False, late_fusion=False),
+    )[kind]
     torch.manual_seed(seed)
     return PhenoBrain(replace(c, **off))
 
-def count_params(model:nn.Module)->int:
+
+def count_params(model: nn.Module) -> int:
     "Trainable parameters."
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 # %% ../nbs/09_phenobrain.ipynb #1e6dc681
-def _tensors(data:dict, idx:np.ndarray|None, c:PhenoBrainConfig, device="cpu", chunk:int=256):
-    "A, p, mask, y of the chosen subjects on `device`, and the hop powers of A (multihop kernel) computed once."
+def _tensors(
+    data: dict, idx: np.ndarray | None, c: PhenoBrainConfig, device="cpu", chunk: int = 256
+):
+    "A, p, mask, y of the chosen subjects on `device`, and A's hop powers (multihop kernel)."
     sel = (lambda a: a) if idx is None else (lambda a: a[idx])
-    A, p, m, y = (torch.as_tensor(np.ascontiguousarray(sel(data[k])), device=device) for k in ("A", "p", "mask", "y"))
-    pw = None if c.kernel != "multihop" else torch.cat([hop_powers(A[s:s+chunk], c.topk, c.hops) for s in range(0, len(A), chunk)])
+    A, p, m, y = (
+        torch.as_tensor(np.ascontiguousarray(sel(data[k])), device=device)
+        for k in ("A", "p", "mask", "y")
+    )
+    pw = (
+        None
+        if c.kernel != "multihop"
+        else torch.cat(
+            [hop_powers(A[s : s + chunk], c.topk, c.hops) for s in range(0, len(A), chunk)]
+        )
+    )
     return A, p, m, y, pw
 
-def train_phenobrain(model:PhenoBrain, # a fresh model (e.g. from `make_baseline`)
-                     data:dict,        # A, p, mask, y as from `make_pheno_connectomes` or `load_connectomes`
-                     idx:np.ndarray|None=None, # training subjects; None: all
-                     epochs:int=100,   # passes over the training subjects
-                     batch_size:int=64,
-                     lr:float=1e-3,    # AdamW
-                     wd:float=1e-4,    # AdamW weight decay
-                     seed:int=0,       # mini-batch order
-                     device:str|torch.device="cpu",
-                    )->PhenoBrain:     # the trained model, in eval mode
-    r"Minimise $\mathrm{BCE} + \lambda_{reg}(t) L_{reg}$ with AdamW; $\lambda_{reg}$ falls linearly from $\lambda_0$ to $\lambda_0/10$."
-    if epochs < 1: raise ValueError(f"epochs must be >= 1, got {epochs}")
+
+def train_phenobrain(
+    model: PhenoBrain,  # a fresh model (e.g. from `make_baseline`)
+    data: dict,  # A, p, mask, y as from `make_pheno_connectomes` or `load_connectomes`
+    idx: np.ndarray | None = None,  # training subjects; None: all
+    epochs: int = 100,  # passes over the training subjects
+    batch_size: int = 64,
+    lr: float = 1e-3,  # AdamW
+    wd: float = 1e-4,  # AdamW weight decay
+    seed: int = 0,  # mini-batch order
+    device: str | torch.device = "cpu",
+) -> PhenoBrain:  # the trained model, in eval mode
+    r"Minimise $\mathrm{BCE} + \lambda_{reg}(t) L_{reg}$ with AdamW, $\lambda_{reg}$ annealed."
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
     A, p, m, y, pw = _tensors(data, idx, model.c, device)
-    if len(y) < 2: raise ValueError("train on at least 2 subjects")
+    if len(y) < 2:
+        raise ValueError("train on at least 2 subjects")
     model = model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
     rng, lam0 = np.random.default_rng([seed, 9]), model.c.lambda_reg
     for ep in range(epochs):
-        lam = lam0*(1 - 0.9*ep/max(epochs - 1, 1))                       # anneal: the prior guides early, the data later
-        for b in np.array_split(rng.permutation(len(y)), max(1, round(len(y)/batch_size))):
+        # anneal: the prior guides early, the data later
+        lam = lam0 * (1 - 0.9 * ep / max(epochs - 1, 1))
+        for b in np.array_split(rng.permutation(len(y)), max(1, round(len(y) / batch_size))):
             out = model(A[b], p[b], m[b], None if pw is None else pw[b])
-            loss = F.binary_cross_entropy_with_logits(out["logits"], y[b].float()) + lam*out["reg_loss"]
-            opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+            loss = (
+                F.binary_cross_entropy_with_logits(out["logits"], y[b].float())
+                + lam * out["reg_loss"]
+            )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
     return model.eval()
 
+
 @torch.no_grad()
-def predict_proba(model:PhenoBrain, data:dict, idx:np.ndarray|None=None, batch_size:int=256, device="cpu")->np.ndarray:
+def predict_proba(
+    model: PhenoBrain,
+    data: dict,
+    idx: np.ndarray | None = None,
+    batch_size: int = 256,
+    device="cpu",
+) -> np.ndarray:
     "P(y = 1) for the chosen subjects."
     model = model.to(device).eval()
     A, p, m, _, pw = _tensors(data, idx, model.c, device)
     sl = lambda s: slice(s, s + batch_size)
-    return np.concatenate([torch.sigmoid(model(A[sl(s)], p[sl(s)], m[sl(s)], None if pw is None else pw[sl(s)])["logits"]).cpu().numpy()
-                           for s in range(0, len(A), batch_size)])
+    return np.concatenate(
+        [
+            torch.sigmoid(
+                model(A[sl(s)], p[sl(s)], m[sl(s)], None if pw is None else pw[sl(s)])["logits"]
+            )
+            .cpu()
+            .numpy()
+            for s in range(0, len(A), batch_size)
+        ]
+    )
 
 # %% ../nbs/09_phenobrain.ipynb #b1bd1fff
-def binary_metrics(y:np.ndarray,     # 0/1 labels
-                   prob:np.ndarray,  # P(y = 1)
-                   threshold:float=0.5,
-                  )->dict:           # acc, auc, sens, spec
+def binary_metrics(
+    y: np.ndarray,  # 0/1 labels
+    prob: np.ndarray,  # P(y = 1)
+    threshold: float = 0.5,
+) -> dict:  # acc, auc, sens, spec
     "Accuracy, ROC AUC, sensitivity (recall of 1) and specificity (recall of 0), with scikit-learn."
     from sklearn.metrics import accuracy_score, recall_score, roc_auc_score
-    pred = (np.asarray(prob) >= threshold).astype(int)
-    return dict(acc=accuracy_score(y, pred), auc=roc_auc_score(y, prob),
-                sens=recall_score(y, pred, pos_label=1, zero_division=0.0), spec=recall_score(y, pred, pos_label=0, zero_division=0.0))
 
-def neural_fit_predict(kind:str, c:PhenoBrainConfig, epochs:int=100, batch_size:int=64, lr:float=1e-3, wd:float=1e-4,
-                       device:str|torch.device="cpu")->Callable:
-    "A `fit_predict(data, train_idx, test_idx, seed)` for `cross_validate` that trains `make_baseline(kind, c)`; trained models stay in its `.models`."
+    if np.shape(y) != np.shape(prob) or np.ndim(y) != 1:
+        raise ValueError(f"y and prob must be 1-D and of equal length, got {np.shape(y)} and "
+                         f"{np.shape(prob)}")
+    pred = (np.asarray(prob) >= threshold).astype(int)
+    return dict(
+        acc=accuracy_score(y, pred),
+        auc=roc_auc_score(y, prob),
+        sens=recall_score(y, pred, pos_label=1, zero_division=0.0),
+        spec=recall_score(y, pred, pos_label=0, zero_division=0.0),
+    )
+
+
+def neural_fit_predict(
+    kind: str,
+    c: PhenoBrainConfig,
+    epochs: int = 100,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    wd: float = 1e-4,
+    device: str | torch.device = "cpu",
+) -> Callable:
+    "A `fit_predict` for `cross_validate` training `make_baseline(kind, c)`; models in `.models`."
+
     def fit_predict(data, tr, te, seed):
-        m = train_phenobrain(make_baseline(kind, c, seed), data, tr, epochs, batch_size, lr, wd, seed, device)
-        fit_predict.models[seed] = m                                     # kept for inspection, keyed by the seed it got
+        m = train_phenobrain(
+            make_baseline(kind, c, seed), data, tr, epochs, batch_size, lr, wd, seed, device
+        )
+        # kept for inspection, keyed by the seed it got
+        fit_predict.models[seed] = m
         return predict_proba(m, data, te, device=device)
+
     fit_predict.models = {}
     return fit_predict
 
-def gbt_features(data:dict)->np.ndarray:
-    "Upper-triangle edges of each connectome, then the masked phenotypes and their mask: (N, R(R-1)/2 + 2q)."
-    A = np.asarray(data["A"]); iu = np.triu_indices(A.shape[1], 1)
+
+def gbt_features(data: dict) -> np.ndarray:
+    "Upper-triangle edges, then the masked phenotypes and their mask: (N, R(R-1)/2 + 2q)."
+    A = np.asarray(data["A"])
+    iu = np.triu_indices(A.shape[1], 1)
     return np.column_stack([A[:, iu[0], iu[1]], data["p"], data["mask"]])
 
-def gbt_fit_predict(grid:Sequence[dict]=(dict(learning_rate=0.05, max_leaf_nodes=15), dict(learning_rate=0.1, max_leaf_nodes=31)),
-                    max_iter:int=300, val_frac:float=0.2)->Callable:
-    "A `fit_predict` for gradient-boosted trees on edges + phenotypes; the grid point is chosen by AUC on a validation part of each training fold."
+
+def gbt_fit_predict(
+    grid: Sequence[dict] = (
+        dict(learning_rate=0.05, max_leaf_nodes=15),
+        dict(learning_rate=0.1, max_leaf_nodes=31),
+    ),
+    max_iter: int = 300,
+    val_frac: float = 0.2,
+) -> Callable:
+    "A `fit_predict` for boosted trees on edges + phenotypes; grid point by validation AUC."
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.model_selection import train_test_split
     from sklearn.metrics import roc_auc_score
+
     def fit_predict(data, tr, te, seed):
         X, y = gbt_features(data), np.asarray(data["y"])
         a, b = train_test_split(tr, test_size=val_frac, stratify=y[tr], random_state=seed)
-        mk = lambda g: HistGradientBoostingClassifier(max_iter=max_iter, early_stopping=False, random_state=seed, **g)
-        best = max(grid, key=lambda g: roc_auc_score(y[b], mk(g).fit(X[a], y[a]).predict_proba(X[b])[:, 1]))
+        mk = lambda g: HistGradientBoostingClassifier(
+            max_iter=max_iter, early_stopping=False, random_state=seed, **g
+        )
+        best = max(
+            grid, key=lambda g: roc_auc_score(y[b], mk(g).fit(X[a], y[a]).predict_proba(X[b])[:, 1])
+        )
         return mk(best).fit(X[tr], y[tr]).predict_proba(X[te])[:, 1]
+
     return fit_predict
 
-def cv_folds(data:dict, n_folds:int=5, seed:int=0)->list[tuple[np.ndarray, np.ndarray]]:
+
+def cv_folds(data: dict, n_folds: int = 5, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     "(train, test) indices of stratified folds; strata are label x site when the data have sites."
     from sklearn.model_selection import StratifiedKFold
-    if n_folds < 2: raise ValueError(f"n_folds must be >= 2, got {n_folds}")
+
+    if n_folds < 2:
+        raise ValueError(f"n_folds must be >= 2, got {n_folds}")
     y = np.asarray(data["y"])
-    strata = y if data.get("site") is None else y*1000 + np.asarray(data["site"])
+    strata = y if data.get("site") is None else y * 1000 + np.asarray(data["site"])
     return list(StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(y, strata))
 
-def cross_validate(models:dict[str, Callable], # name -> fit_predict(data, train_idx, test_idx, seed) returning P(y=1) on test
-                   data:dict,                  # A, p, mask, y (and site, for site-stratified folds)
-                   n_folds:int=5,              # stratified folds
-                   seed:int=0,                 # fold assignment; fold f passes seed*100 + f to each model
-                   max_folds:int|None=None,    # run only the first folds (e.g. 1: one 80/20 split); None: all
-                   show_progress:bool=False,
-                  )->pd.DataFrame:             # one row per (fold, model): seed, fold, model, acc, auc, sens, spec
+
+def cross_validate(
+    models: dict[str, Callable],  # name -> fit_predict(data, train_idx, test_idx, seed): P(y=1)
+    data: dict,  # A, p, mask, y (and site, for site-stratified folds)
+    n_folds: int = 5,  # stratified folds
+    seed: int = 0,  # fold assignment; fold f passes seed*100 + f to each model
+    max_folds: int | None = None,  # run only the first folds (e.g. 1: one 80/20 split); None: all
+    show_progress: bool = False,
+) -> pd.DataFrame:  # one row per (fold, model): seed, fold, model, acc, auc, sens, spec
     "Stratified k-fold cross-validation (strata: label x site) of several models on the same folds."
+    if max_folds is not None and max_folds < 1:
+        raise ValueError(f"max_folds must be None (all folds) or >= 1, got {max_folds}")
     y = np.asarray(data["y"])
     folds = cv_folds(data, n_folds, seed)[:max_folds]
     rows = []
     jobs = [(ft, nm) for ft in enumerate(folds) for nm in models]
-    for (f, (tr, te)), name in progress(jobs, desc=f"CV seed {seed}", **({} if show_progress else dict(disable=True))):
-        prob = models[name](data, tr, te, seed*100 + f)
+    for (f, (tr, te)), name in progress(
+        jobs, desc=f"CV seed {seed}", **({} if show_progress else dict(disable=True))
+    ):
+        prob = models[name](data, tr, te, seed * 100 + f)
         rows.append(dict(seed=seed, fold=f, model=name, **binary_metrics(y[te], prob)))
     return pd.DataFrame(rows)

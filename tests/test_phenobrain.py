@@ -268,6 +268,14 @@ def test_bad_input_raises_clear_errors(tmp_path, small):
     with pytest.raises(ValueError, match="A must have shape"): pb(A[:, :, :15], torch.tensor(small["p"][:2]))
     with pytest.raises(ValueError, match="delta must be in"): make_pheno_connectomes(10, 16, 4, delta=1.5)
 
+def test_bad_sizes_and_options_say_what_to_fix(small):
+    with pytest.raises(ValueError, match="sizes must be positive"): PhenoBrainConfig(n_roi=16, d_pheno_in=7, d=0, topk=3)
+    with pytest.raises(ValueError, match="sizes must be positive"): PhenoBrainConfig(n_roi=16, d_pheno_in=7, heads=0, topk=3)
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"): PhenoBrainConfig(n_roi=16, d_pheno_in=7, topk=3, dropout=1.0)
+    with pytest.raises(ValueError, match="n_subjects >= 2 and T >= 2"): make_pheno_connectomes(1, 16, 4)
+    with pytest.raises(ValueError, match="equal length"): binary_metrics(np.array([0, 1, 1]), np.array([0.2, 0.8]))
+    with pytest.raises(ValueError, match="max_folds must be"): cross_validate({}, small, n_folds=3, max_folds=0)
+
 # --- evaluation --------------------------------------------------------------------------------------------------
 
 def test_binary_metrics_known_values():
