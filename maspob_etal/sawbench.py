@@ -34,481 +34,924 @@ __all__ = ['TASKS', 'EYE', 'WALK', 'TURN', 'PAN', 'SIM_HZ', 'PALETTE', 'DISTRACT
 
 # %% ../nbs/19_sawbench.ipynb #1e9ea96b
 TASKS = ("localization", "direction", "shape", "revplan", "memory", "affordance")
-EYE = 1.6                                     # eye height, m
-WALK, TURN, PAN, SIM_HZ = 1.0, 60.0, 40.0, 10 # walking m/s, turning deg/s at corners, pan deg/s, motion steps per second
-PALETTE = np.array([[0.85, 0.2, 0.2], [0.2, 0.7, 0.25], [0.2, 0.35, 0.9], [0.9, 0.75, 0.1], [0.7, 0.25, 0.8],
-                    [0.1, 0.75, 0.8], [0.95, 0.5, 0.1], [0.55, 0.35, 0.15]])   # saturated colours (the floor is grey)
+EYE = 1.6  # eye height, m
+# walking m/s, turning deg/s at corners, pan deg/s, motion steps per second
+WALK, TURN, PAN, SIM_HZ = 1.0, 60.0, 40.0, 10
+# saturated colours (the floor is grey)
+PALETTE = np.array(
+    [
+        [0.85, 0.2, 0.2],
+        [0.2, 0.7, 0.25],
+        [0.2, 0.35, 0.9],
+        [0.9, 0.75, 0.1],
+        [0.7, 0.25, 0.8],
+        [0.1, 0.75, 0.8],
+        [0.95, 0.5, 0.1],
+        [0.55, 0.35, 0.15],
+    ]
+)
+
 
 @dataclass
 class SAWObject:
-    "An upright cylinder: name, centre (x, y) in m, radius r, bottom z0 and top z1 in m, RGB colour in [0, 1]."
-    name: str; x: float; y: float; r: float; z0: float; z1: float; color: tuple = (0.8, 0.8, 0.8)
+    "An upright cylinder: name, centre (x, y), radius r, bottom z0 and top z1 (m), RGB in [0, 1]."
+
+    name: str
+    x: float
+    y: float
+    r: float
+    z0: float
+    z1: float
+    color: tuple = (0.8, 0.8, 0.8)
+
 
 @dataclass
 class Scene:
     "An axis-aligned room or yard [0, W] x [0, D]; walls 0..3 are y=0, x=W, y=D, x=0."
-    W: float; D: float; category: str = "indoor"; wall_h: float = 2.8
-    wall_colors: np.ndarray = field(default_factory=lambda: PALETTE[:4].copy())   # (4, 3)
-    wall_periods: np.ndarray = field(default_factory=lambda: np.array([0.5, 0.7, 0.9, 1.1]))  # stripe period per wall, m
+
+    W: float
+    D: float
+    category: str = "indoor"
+    wall_h: float = 2.8
+    wall_colors: np.ndarray = field(default_factory=lambda: PALETTE[:4].copy())  # (4, 3)
+    # stripe period per wall, m
+    wall_periods: np.ndarray = field(default_factory=lambda: np.array([0.5, 0.7, 0.9, 1.1]))
     objects: list = field(default_factory=list)
 
-def make_scene(rng:np.random.Generator, # random source
-               category:str="indoor",   # "indoor" (room, 2.8 m walls) or "outdoor" (yard, 1 m fences)
-               n_objects:int|None=None, # distractor objects; None draws 2-5
-              )->Scene:
+
+def make_scene(
+    rng: np.random.Generator,  # random source
+    category: str = "indoor",  # "indoor" (room, 2.8 m walls) or "outdoor" (yard, 1 m fences)
+    n_objects: int | None = None,  # distractor objects; None draws 2-5
+) -> Scene:
     "Draw a room or a yard with distinct wall colours and stripe periods and a few objects."
-    if category not in ("indoor", "outdoor"): raise ValueError(f"category must be 'indoor' or 'outdoor', got {category!r}")
+    if category not in ("indoor", "outdoor"):
+        raise ValueError(f"category must be 'indoor' or 'outdoor', got {category!r}")
+    if n_objects is not None and n_objects < 0:
+        raise ValueError(f"n_objects must be >= 0 (or None: 2-5), got {n_objects}")
     indoor = category == "indoor"
-    W, D = (rng.uniform(6, 12), rng.uniform(5, 10)) if indoor else (rng.uniform(15, 40), rng.uniform(15, 40))
+    W, D = (
+        (rng.uniform(6, 12), rng.uniform(5, 10))
+        if indoor
+        else (rng.uniform(15, 40), rng.uniform(15, 40))
+    )
     cols = PALETTE[rng.permutation(len(PALETTE))[:4]]
     per = rng.permutation(np.linspace(0.4, 1.2, 4) if indoor else np.linspace(1.0, 3.0, 4))
     sc = Scene(W, D, category, 2.8 if indoor else 1.0, cols, per)
     for _ in range(rng.integers(2, 6) if n_objects is None else n_objects):
         name, r, z0, z1 = DISTRACTORS[rng.integers(len(DISTRACTORS))]
-        sc.objects.append(SAWObject(name, rng.uniform(1, W - 1), rng.uniform(1, D - 1), r, z0, z1, tuple(PALETTE[rng.integers(len(PALETTE))])))
+        sc.objects.append(
+            SAWObject(
+                name,
+                rng.uniform(1, W - 1),
+                rng.uniform(1, D - 1),
+                r,
+                z0,
+                z1,
+                tuple(PALETTE[rng.integers(len(PALETTE))]),
+            )
+        )
     return sc
 
-DISTRACTORS = [("pillar", 0.2, 0.0, 2.4), ("bench", 0.35, 0.0, 0.5), ("cabinet", 0.3, 0.0, 1.0), ("chair", 0.25, 0.0, 0.9),
-               ("plant", 0.2, 0.0, 1.2), ("lamp", 0.12, 0.0, 1.7)]
+
+DISTRACTORS = [
+    ("pillar", 0.2, 0.0, 2.4),
+    ("bench", 0.35, 0.0, 0.5),
+    ("cabinet", 0.3, 0.0, 1.0),
+    ("chair", 0.25, 0.0, 0.9),
+    ("plant", 0.2, 0.0, 1.2),
+    ("lamp", 0.12, 0.0, 1.7),
+]
 
 # %% ../nbs/19_sawbench.ipynb #0aa9139d
-def cast_walls(scene:Scene,     # the room
-               px, py,          # ray origins, m (arrays that broadcast)
-               ang,             # ray directions, radians from +x, counter-clockwise
-              ):
-    "Distance `t` to the first wall along each ray, the wall's index and the coordinate `u` along that wall."
+def cast_walls(
+    scene: Scene,  # the room
+    px,
+    py,  # ray origins, m (arrays that broadcast)
+    ang,  # ray directions, radians from +x, counter-clockwise
+):
+    "Distance `t` to the first wall along each ray, the wall's index and the position `u` along it."
     c, s = np.cos(ang), np.sin(ang)
     with np.errstate(divide="ignore", invalid="ignore"):
-        T = np.stack([np.where(s < -1e-12, -py/s, np.inf), np.where(c > 1e-12, (scene.W - px)/c, np.inf),
-                      np.where(s > 1e-12, (scene.D - py)/s, np.inf), np.where(c < -1e-12, -px/c, np.inf)], -1)
-    k = T.argmin(-1); t = np.take_along_axis(T, k[..., None], -1)[..., 0]
-    u = np.where(k % 2 == 0, px + t*c, py + t*s)                 # along-wall coordinate of the hit point
+        T = np.stack(
+            [
+                np.where(s < -1e-12, -py / s, np.inf),
+                np.where(c > 1e-12, (scene.W - px) / c, np.inf),
+                np.where(s > 1e-12, (scene.D - py) / s, np.inf),
+                np.where(c < -1e-12, -px / c, np.inf),
+            ],
+            -1,
+        )
+    k = T.argmin(-1)
+    t = np.take_along_axis(T, k[..., None], -1)[..., 0]
+    # along-wall coordinate of the hit point
+    u = np.where(k % 2 == 0, px + t * c, py + t * s)
     return t, k, u
 
+
 def _coverage(top, bot, h):
-    "Fraction of each pixel row [i, i+1) covered by the interval [top, bot): (..., h, w) from (..., w) edges."
+    "Share of each pixel row [i, i+1) covered by [top, bot): (..., h, w) from (..., w) edges."
     i = np.arange(h, dtype=np.float64)[:, None]
     return np.clip(np.minimum(i + 1, bot[..., None, :]) - np.maximum(i, top[..., None, :]), 0, 1)
 
-def render_frames(scene:Scene|Sequence[Scene], # the world, or one world per pose (a scene that changes)
-                  poses:np.ndarray,            # (F, 3) camera poses x, y in m and yaw in degrees (counter-clockwise from +x)
-                  w:int=64, h:int=48,          # image size, pixels
-                  fov_deg:float=90.,           # horizontal field of view, degrees
-                 )->np.ndarray:                # (F, h, w, 3) uint8 frames
-    "Raycast `poses` in `scene`: striped walls with anti-aliased edges, grey floor, depth-sorted cylinder objects."
+
+def render_frames(
+    scene: Scene | Sequence[Scene],  # the world, or one world per pose (a scene that changes)
+    poses: np.ndarray,  # (F, 3) camera poses: x, y in m, yaw in degrees (counter-clockwise from +x)
+    w: int = 64,
+    h: int = 48,  # image size, pixels
+    fov_deg: float = 90.0,  # horizontal field of view, degrees
+) -> np.ndarray:  # (F, h, w, 3) uint8 frames
+    "Raycast `poses` in `scene`: striped anti-aliased walls, grey floor, depth-sorted cylinders."
     poses = np.asarray(poses, dtype=np.float64)
-    if poses.ndim != 2 or poses.shape[1] != 3: raise ValueError(f"poses must be (F, 3) rows of x, y, yaw; got shape {poses.shape}")
-    if len(poses) == 0: raise ValueError("a video with no frames: poses is empty; pass at least one (x, y, yaw) row")
-    if not (0 < fov_deg < 180): raise ValueError(f"fov_deg must be in (0, 180), got {fov_deg}")
+    if poses.ndim != 2 or poses.shape[1] != 3:
+        raise ValueError(f"poses must be (F, 3) rows of x, y, yaw; got shape {poses.shape}")
+    if len(poses) == 0:
+        raise ValueError(
+            "a video with no frames: poses is empty; pass at least one (x, y, yaw) row"
+        )
+    if not (0 < fov_deg < 180):
+        raise ValueError(f"fov_deg must be in (0, 180), got {fov_deg}")
+    if int(w) < 1 or int(h) < 1:
+        raise ValueError(f"the image size must be positive, got w={w}, h={h} pixels")
     scenes = list(scene) if isinstance(scene, (list, tuple)) else None
     if scenes is not None:
-        if len(scenes) != len(poses): raise ValueError(f"{len(scenes)} scenes for {len(poses)} poses; pass one scene or one per pose")
+        if len(scenes) != len(poses):
+            raise ValueError(
+                f"{len(scenes)} scenes for {len(poses)} poses; pass one scene or one per pose"
+            )
         out, i = np.empty((len(poses), h, w, 3), np.uint8), 0
-        while i < len(poses):                                   # render runs of the same scene together
+        # render runs of the same scene together
+        while i < len(poses):
             j = i
-            while j < len(poses) and scenes[j] is scenes[i]: j += 1
-            out[i:j] = render_frames(scenes[i], poses[i:j], w, h, fov_deg); i = j
+            while j < len(poses) and scenes[j] is scenes[i]:
+                j += 1
+            out[i:j] = render_frames(scenes[i], poses[i:j], w, h, fov_deg)
+            i = j
         return out
-    f = (w/2)/math.tan(math.radians(fov_deg)/2)                  # pinhole focal length, px
-    alpha = np.arctan((np.arange(w) + 0.5 - w/2)/f)              # (w,) ray angle right of the heading
-    px, py = poses[:, :1], poses[:, 1:2]                         # (F, 1)
-    ang = np.radians(poses[:, 2:3]) - alpha[None]                # (F, w) ray directions
+    f = (w / 2) / math.tan(math.radians(fov_deg) / 2)  # pinhole focal length, px
+    # (w,) ray angle right of the heading
+    alpha = np.arctan((np.arange(w) + 0.5 - w / 2) / f)
+    px, py = poses[:, :1], poses[:, 1:2]  # (F, 1)
+    ang = np.radians(poses[:, 2:3]) - alpha[None]  # (F, w) ray directions
     t, k, u = cast_walls(scene, px, py, ang)
-    z = np.maximum(t*np.cos(alpha)[None], 1e-3)                  # perpendicular depth
-    hor = h/2
+    z = np.maximum(t * np.cos(alpha)[None], 1e-3)  # perpendicular depth
+    hor = h / 2
     rows = np.arange(h) + 0.5
     # background: ceiling/sky above the horizon, grey floor shaded by ground distance below
-    g = np.where(rows > hor, f*EYE/np.maximum(rows - hor, 1e-6), np.inf)
-    floor = 0.3 + 0.45*np.exp(-g/6.0)
-    sky = np.array([0.55, 0.75, 0.95]) if scene.category == "outdoor" else np.array([0.85, 0.85, 0.85])
-    bg = np.where((rows > hor)[:, None], floor[:, None]*np.ones(3), sky[None])   # (h, 3)
+    g = np.where(rows > hor, f * EYE / np.maximum(rows - hor, 1e-6), np.inf)
+    floor = 0.3 + 0.45 * np.exp(-g / 6.0)
+    sky = (
+        np.array([0.55, 0.75, 0.95])
+        if scene.category == "outdoor"
+        else np.array([0.85, 0.85, 0.85])
+    )
+    bg = np.where((rows > hor)[:, None], floor[:, None] * np.ones(3), sky[None])  # (h, 3)
     img = np.broadcast_to(bg[None, :, None, :], (len(poses), h, w, 3)).copy()
     # walls (Eq. above), stripes along each wall
-    stripe = 0.72 + 0.28*((np.floor(u/np.asarray(scene.wall_periods)[k]) % 2) == 0)
-    wcol = np.asarray(scene.wall_colors)[k]*stripe[..., None]    # (F, w, 3)
-    cov = _coverage(hor - f*(scene.wall_h - EYE)/z, hor + f*EYE/z, h)   # (F, h, w)
-    img = img*(1 - cov[..., None]) + wcol[:, None]*cov[..., None]
+    stripe = 0.72 + 0.28 * ((np.floor(u / np.asarray(scene.wall_periods)[k]) % 2) == 0)
+    wcol = np.asarray(scene.wall_colors)[k] * stripe[..., None]  # (F, w, 3)
+    cov = _coverage(hor - f * (scene.wall_h - EYE) / z, hor + f * EYE / z, h)  # (F, h, w)
+    img = img * (1 - cov[..., None]) + wcol[:, None] * cov[..., None]
     # objects: cylinders as billboards, painted far to near, hidden behind nearer walls
     if scene.objects:
         c, s = np.cos(ang), np.sin(ang)
         zo, b_all = [], []
         for o in scene.objects:
             dx, dy = o.x - px, o.y - py
-            a, b = dx*c + dy*s, -dx*s + dy*c                     # along-ray and signed perpendicular offsets
+            # along-ray and signed perpendicular offsets
+            a, b = dx * c + dy * s, -dx * s + dy * c
             hit = (np.abs(b) < o.r) & (a > 0.15) & (a < t)
-            zo.append(np.where(hit, a*np.cos(alpha)[None], np.inf)); b_all.append(np.abs(b)/o.r)
-        zo, b_all = np.stack(zo), np.stack(b_all)                # (K, F, w)
-        order = np.argsort(-np.where(np.isfinite(zo), zo, -1.0), axis=0)   # far first; misses (inf -> -1) last
-        z0 = np.array([o.z0 for o in scene.objects]); z1 = np.array([o.z1 for o in scene.objects])
+            zo.append(np.where(hit, a * np.cos(alpha)[None], np.inf))
+            b_all.append(np.abs(b) / o.r)
+        zo, b_all = np.stack(zo), np.stack(b_all)  # (K, F, w)
+        # far first; misses (inf -> -1) last
+        order = np.argsort(-np.where(np.isfinite(zo), zo, -1.0), axis=0)
+        z0 = np.array([o.z0 for o in scene.objects])
+        z1 = np.array([o.z1 for o in scene.objects])
         ocol = np.array([o.color for o in scene.objects])
         for rank in range(len(scene.objects)):
-            idx = order[rank]                                    # (F, w) object painted at this rank
+            # (F, w) object painted at this rank
+            idx = order[rank]
             zz = np.take_along_axis(zo, idx[None], 0)[0]
-            ok = np.isfinite(zz); zz = np.where(ok, zz, 1.0)
-            shade = 1 - 0.35*np.take_along_axis(b_all, idx[None], 0)[0]
-            cov = _coverage(np.where(ok, hor - f*(z1[idx] - EYE)/zz, 0), np.where(ok, hor - f*(z0[idx] - EYE)/zz, 0), h)
-            img = img*(1 - cov[..., None]) + (ocol[idx]*shade[..., None])[:, None]*cov[..., None]
-    return np.clip(np.round(img*255), 0, 255).astype(np.uint8)
+            ok = np.isfinite(zz)
+            zz = np.where(ok, zz, 1.0)
+            shade = 1 - 0.35 * np.take_along_axis(b_all, idx[None], 0)[0]
+            cov = _coverage(
+                np.where(ok, hor - f * (z1[idx] - EYE) / zz, 0),
+                np.where(ok, hor - f * (z0[idx] - EYE) / zz, 0),
+                h,
+            )
+            img = (
+                img * (1 - cov[..., None])
+                + (ocol[idx] * shade[..., None])[:, None] * cov[..., None]
+            )
+    return np.clip(np.round(img * 255), 0, 255).astype(np.uint8)
 
 # %% ../nbs/19_sawbench.ipynb #13493810
-def simulate(start:Sequence[float],   # (x, y, yaw in degrees)
-             actions:Sequence[tuple], # ("walk", m) | ("turn", deg) | ("pan", deg) | ("arc", deg, radius m); + is left
-             rng:np.random.Generator|None=None, # head-bob source for pans; None means no jitter
-             jitter_deg:float=5.,     # head-bob amplitude during pans, degrees
-            )->tuple[np.ndarray, np.ndarray]: # ideal poses (T, 3) and rendered poses (T, 3) at 10 Hz
+def simulate(
+    start: Sequence[float],  # (x, y, yaw in degrees)
+    actions: Sequence[tuple],  # ("walk", m), ("turn" or "pan", deg), ("arc", deg, r m); + is left
+    rng: np.random.Generator | None = None,  # head-bob source for pans; None means no jitter
+    jitter_deg: float = 5.0,  # head-bob amplitude during pans, degrees
+) -> tuple[np.ndarray, np.ndarray]:  # ideal poses (T, 3) and rendered poses (T, 3) at 10 Hz
     "Poses at 10 Hz along `actions`, padded with the last pose so that the 2 fps frames end on it."
-    x, y, yaw = map(float, start); P, J = [(x, y, yaw)], [0.0]
+    x, y, yaw = map(float, start)
+    P, J = [(x, y, yaw)], [0.0]
     for act in actions:
         kind, amt = act[0], float(act[1])
         if kind == "walk":
-            n = max(1, round(abs(amt)/(WALK/SIM_HZ)))
+            n = max(1, round(abs(amt) / (WALK / SIM_HZ)))
             for _ in range(n):
-                x += amt/n*math.cos(math.radians(yaw)); y += amt/n*math.sin(math.radians(yaw)); P.append((x, y, yaw)); J.append(0.)
+                x += amt / n * math.cos(math.radians(yaw))
+                y += amt / n * math.sin(math.radians(yaw))
+                P.append((x, y, yaw))
+                J.append(0.0)
         elif kind in ("turn", "pan"):
-            n = max(1, math.ceil(abs(amt)/((TURN if kind == "turn" else PAN)/SIM_HZ)))
-            ph = rng.uniform(0, 2*math.pi, 2) if (rng is not None and kind == "pan") else None
+            n = max(1, math.ceil(abs(amt) / ((TURN if kind == "turn" else PAN) / SIM_HZ)))
+            ph = rng.uniform(0, 2 * math.pi, 2) if (rng is not None and kind == "pan") else None
             for i in range(n):
-                yaw += amt/n; P.append((x, y, yaw))
-                J.append(0. if ph is None else jitter_deg*(0.6*math.sin(0.9*i + ph[0]) + 0.4*math.sin(2.3*i + ph[1])))
+                yaw += amt / n
+                P.append((x, y, yaw))
+                J.append(
+                    0.0
+                    if ph is None
+                    else jitter_deg
+                    * (0.6 * math.sin(0.9 * i + ph[0]) + 0.4 * math.sin(2.3 * i + ph[1]))
+                )
         elif kind == "arc":
-            R = float(act[2]); n = max(1, round(math.radians(abs(amt))*R/(WALK/SIM_HZ)))
-            for _ in range(n):                                   # chord steps along a circle of radius R
-                dth = math.radians(amt/n); mid = math.radians(yaw) + dth/2
-                L = 2*R*math.sin(abs(dth)/2)
-                x += L*math.cos(mid); y += L*math.sin(mid); yaw += amt/n; P.append((x, y, yaw)); J.append(0.)
-        else: raise ValueError(f"unknown action {kind!r}; use 'walk', 'turn', 'pan' or 'arc'")
-    n = math.ceil((len(P) - 1)/5) + 1                           # frames: the final pose lands on frame n-1
-    P += [P[-1]]*(5*n - len(P)); J += [0.]*(5*n - len(J))        # then a still half-second
+            R = float(act[2])
+            n = max(1, round(math.radians(abs(amt)) * R / (WALK / SIM_HZ)))
+            # chord steps along a circle of radius R
+            for _ in range(n):
+                dth = math.radians(amt / n)
+                mid = math.radians(yaw) + dth / 2
+                L = 2 * R * math.sin(abs(dth) / 2)
+                x += L * math.cos(mid)
+                y += L * math.sin(mid)
+                yaw += amt / n
+                P.append((x, y, yaw))
+                J.append(0.0)
+        else:
+            raise ValueError(f"unknown action {kind!r}; use 'walk', 'turn', 'pan' or 'arc'")
+    # frames: the final pose lands on frame n-1
+    n = math.ceil((len(P) - 1) / 5) + 1
+    P += [P[-1]] * (5 * n - len(P))
+    J += [0.0] * (5 * n - len(J))  # then a still half-second
     P, J = np.array(P), np.array(J)
-    R = P.copy(); R[:, 2] += J
+    R = P.copy()
+    R[:, 2] += J
     return P, R
 
-def frame_index(n_poses:int)->np.ndarray:
-    "Indices of the 2 fps frames in a 10 Hz pose sequence: every 5th pose, floor(2 x duration) of them."
-    return np.arange(n_poses//5)*5
+
+def frame_index(n_poses: int) -> np.ndarray:
+    "Indices of the 2 fps frames in a 10 Hz pose sequence: every 5th pose, floor(2 x duration)."
+    return np.arange(n_poses // 5) * 5
 
 # %% ../nbs/19_sawbench.ipynb #bca84fa2
-PLACES = {"indoor": ("office", "lecture hall", "classroom"), "outdoor": ("lawn", "parking lot", "courtyard")}
+PLACES = {
+    "indoor": ("office", "lecture hall", "classroom"),
+    "outdoor": ("lawn", "parking lot", "courtyard"),
+}
 LOC_LABELS = ("Corner", "Side", "Center")
-DIR_LABELS = ("Front", "Front left", "Left", "Back left", "Back", "Back right", "Right", "Front right", "Same location")
-SHAPE_LABELS = ("Circle", "Triangle", "Square", "In-place orientation", "U-Shape", "L-Shape", "Manhattan-style piecewise linear")
-REVPLAN_TEMPLATE = "Turn around, go straight. Turn {a}, go straight, then turn {b} and continue go straight."
-REVPLAN_LABELS = tuple(REVPLAN_TEMPLATE.format(a=a, b=b) for a in ("left", "right") for b in ("left", "right"))
+DIR_LABELS = (
+    "Front",
+    "Front left",
+    "Left",
+    "Back left",
+    "Back",
+    "Back right",
+    "Right",
+    "Front right",
+    "Same location",
+)
+SHAPE_LABELS = (
+    "Circle",
+    "Triangle",
+    "Square",
+    "In-place orientation",
+    "U-Shape",
+    "L-Shape",
+    "Manhattan-style piecewise linear",
+)
+REVPLAN_TEMPLATE = (
+    "Turn around, go straight. Turn {a}, go straight, then turn {b} and continue go straight."
+)
+REVPLAN_LABELS = tuple(
+    REVPLAN_TEMPLATE.format(a=a, b=b) for a in ("left", "right") for b in ("left", "right")
+)
 TEMPLATES = {
-    "localization": "Are you positioned near the corner, along the side, or near the center of the {place}?",
-    "direction": "From my viewing point at the end of this video, where am I located at the beginning of the video?",
+    "localization": "Are you positioned near the corner, along the side, or near the center of the "
+    "{place}?",
+    "direction": "From my viewing point at the end of this video, where am I located at the "
+    "beginning of the video?",
     "shape": "What's the shape of my moving trajectory?",
     "revplan": "From my viewpoint at the end of the video, how can I go back to my starting point?",
     "memory_change": "Which object changes between earlier and later in the video?",
-    "memory_same": "Is the {object} I approach at the end of the video the same one seen at the beginning?",
-    "affordance": "Based on the video, {mod}can I reach up and touch the {object} using only my arm, without jumping, climbing, or using anything?"}
-AFF_MODIFIERS = {"none": "", "step_left": "after taking one small step leftward, ", "feet": "without moving my feet, "}
+    "memory_same": "Is the {object} I approach at the end of the video the same one seen at the "
+    "beginning?",
+    "affordance": "Based on the video, {mod}can I reach up and touch the {object} using only my "
+    "arm, without jumping, climbing, or using anything?",
+}
+AFF_MODIFIERS = {
+    "none": "",
+    "step_left": "after taking one small step leftward, ",
+    "feet": "without moving my feet, ",
+}
 
 # %% ../nbs/19_sawbench.ipynb #c0c6c032
 def _wall_dists(pos, room):
-    x, y = pos; W, D = room
-    return np.array([y, W - x, D - y, x])                         # walls 0..3: y=0, x=W, y=D, x=0
+    x, y = pos
+    W, D = room
+    return np.array([y, W - x, D - y, x])  # walls 0..3: y=0, x=W, y=D, x=0
 
-def label_localization(pos:Sequence[float], # observer (x, y), m
-                       room:Sequence[float],# (W, D), m
-                       margin:float=0.,     # reject (None) when a distance is within margin*m of a threshold
-                      )->str|None:
-    "Corner / Side / Center by the two nearest walls (thresholds 0.2 m and 0.3 m, with m = min(W, D)); None if ambiguous."
-    d = _wall_dists(pos, room); m = min(room); o = np.argsort(d); d1, d2 = d[o[0]], d[o[1]]
-    if np.any(np.abs(d - 0.2*m) < margin*m) or np.any(np.abs(d - 0.3*m) < margin*m): return None
-    if d1 < 0.2*m and d2 < 0.2*m and (o[0] - o[1]) % 2 == 1: return "Corner"
-    if d1 < 0.2*m and d2 > 0.3*m: return "Side"
-    if d1 > 0.3*m: return "Center"
+
+def label_localization(
+    pos: Sequence[float],  # observer (x, y), m
+    room: Sequence[float],  # (W, D), m
+    margin: float = 0.0,  # reject (None) when a distance is within margin*m of a threshold
+) -> str | None:
+    "Corner / Side / Center by the two nearest walls (thresholds 0.2 m, 0.3 m); None if ambiguous."
+    d = _wall_dists(pos, room)
+    m = min(room)
+    o = np.argsort(d)
+    d1, d2 = d[o[0]], d[o[1]]
+    if np.any(np.abs(d - 0.2 * m) < margin * m) or np.any(np.abs(d - 0.3 * m) < margin * m):
+        return None
+    if d1 < 0.2 * m and d2 < 0.2 * m and (o[0] - o[1]) % 2 == 1:
+        return "Corner"
+    if d1 < 0.2 * m and d2 > 0.3 * m:
+        return "Side"
+    if d1 > 0.3 * m:
+        return "Center"
     return None
 
-def bearing_deg(start:Sequence[float], end_pose:Sequence[float])->float:
+
+def bearing_deg(start: Sequence[float], end_pose: Sequence[float]) -> float:
     "Bearing of `start` seen from `end_pose`, degrees in (-180, 180]; positive is to the left."
     v = np.asarray(start[:2], float) - np.asarray(end_pose[:2], float)
     return float((math.degrees(math.atan2(v[1], v[0])) - end_pose[2] + 180) % 360 - 180)
 
-def label_direction(start:Sequence[float],    # start position (x, y), m
-                    end_pose:Sequence[float], # end pose (x, y, yaw degrees)
-                    margin_deg:float=0.,      # reject (None) within this many degrees of a sector boundary
-                    same_dist:float=1.0,      # below this distance, m, the answer is "Same location"
-                    dist_margin:float=0.,     # reject (None) within this many metres of same_dist
-                   )->str|None:
-    "Where the start lies in the end pose's egocentric frame: one of 8 sectors of 45 degrees, or Same location."
+
+def label_direction(
+    start: Sequence[float],  # start position (x, y), m
+    end_pose: Sequence[float],  # end pose (x, y, yaw degrees)
+    margin_deg: float = 0.0,  # reject (None) within this many degrees of a sector boundary
+    same_dist: float = 1.0,  # below this distance, m, the answer is "Same location"
+    dist_margin: float = 0.0,  # reject (None) within this many metres of same_dist
+) -> str | None:
+    "The start in the end pose's egocentric frame: one of 8 45-degree sectors, or Same location."
     dist = float(np.hypot(*(np.asarray(start[:2], float) - np.asarray(end_pose[:2], float))))
-    if abs(dist - same_dist) < dist_margin: return None
-    if dist < same_dist: return "Same location"
+    if abs(dist - same_dist) < dist_margin:
+        return None
+    if dist < same_dist:
+        return "Same location"
     b = bearing_deg(start, end_pose)
-    if margin_deg > 0 and abs(((b - 22.5) % 45) - 22.5) > 22.5 - margin_deg: return None
-    sector = int(((b + 22.5) % 360)//45)                              # 0 Front, 1 Front left, 2 Left, ... counter-clockwise
+    if margin_deg > 0 and abs(((b - 22.5) % 45) - 22.5) > 22.5 - margin_deg:
+        return None
+    # 0 Front, 1 Front left, 2 Left, ... counter-clockwise
+    sector = int(((b + 22.5) % 360) // 45)
     return DIR_LABELS[sector]
 
-def label_revplan(turns:Sequence[str], # the forward route's turns (t1, t2), each "L" or "R"
-                 )->str:
+
+def label_revplan(
+    turns: Sequence[str],  # the forward route's turns (t1, t2), each "L" or "R"
+) -> str:
     "The gold return plan: turn around, then the forward turns mirrored in reverse order."
     opp = {"L": "right", "R": "left"}
-    if len(turns) != 2 or any(t not in opp for t in turns): raise ValueError(f"turns must be two of 'L'/'R', got {turns!r}")
+    if len(turns) != 2 or any(t not in opp for t in turns):
+        raise ValueError(f"turns must be two of 'L'/'R', got {turns!r}")
     return REVPLAN_TEMPLATE.format(a=opp[turns[1]], b=opp[turns[0]])
 
-def execute_instructions(end_pose:Sequence[float], # where the plan starts (x, y, yaw degrees)
-                         text:str,                  # a revplan option
-                         seg_lengths:Sequence[float], # the forward route's three segment lengths, m
-                        )->np.ndarray:              # (2,) where the walker ends
+
+def execute_instructions(
+    end_pose: Sequence[float],  # where the plan starts (x, y, yaw degrees)
+    text: str,  # a revplan option
+    seg_lengths: Sequence[float],  # the forward route's three segment lengths, m
+) -> np.ndarray:  # (2,) where the walker ends
     "Walk a return plan from `end_pose` (an independent check of `label_revplan`)."
-    m = re.fullmatch(r"Turn around, go straight\. Turn (left|right), go straight, then turn (left|right) and continue go straight\.", text)
-    if m is None: raise ValueError(f"not a revplan option: {text!r}")
-    x, y, yaw = map(float, end_pose); yaw += 180
+    m = re.fullmatch(
+        r"Turn around, go straight\. Turn (left|right), go straight, "
+        r"then turn (left|right) and continue go straight\.",
+        text,
+    )
+    if m is None:
+        raise ValueError(f"not a revplan option: {text!r}")
+    x, y, yaw = map(float, end_pose)
+    yaw += 180
     for turn, L in zip((None, m.group(1), m.group(2)), seg_lengths[::-1]):
-        if turn: yaw += 90 if turn == "left" else -90
-        x += L*math.cos(math.radians(yaw)); y += L*math.sin(math.radians(yaw))
+        if turn:
+            yaw += 90 if turn == "left" else -90
+        x += L * math.cos(math.radians(yaw))
+        y += L * math.sin(math.radians(yaw))
     return np.array([x, y])
 
-def label_affordance(obs_pose:Sequence[float], # observer (x, y, yaw degrees)
-                     obj:SAWObject,            # the object to touch
-                     modifier:str="none",      # "none", "feet" (no move) or "step_left" (0.3 m to the left)
-                     margin:float=0.,          # reject (None) within this many metres of the 0.7 m reach
-                     reach:float=0.7, top:float=2.1, shoulder_drop:float=0.25,
-                    )->str|None:
-    "Yes iff the object's nearest point is within arm's reach of the shoulder and not above the reachable top."
-    if modifier not in AFF_MODIFIERS: raise ValueError(f"modifier must be one of {tuple(AFF_MODIFIERS)}, got {modifier!r}")
+
+def label_affordance(
+    obs_pose: Sequence[float],  # observer (x, y, yaw degrees)
+    obj: SAWObject,  # the object to touch
+    modifier: str = "none",  # "none", "feet" (no move) or "step_left" (0.3 m to the left)
+    margin: float = 0.0,  # reject (None) within this many metres of the 0.7 m reach
+    reach: float = 0.7,
+    top: float = 2.1,
+    shoulder_drop: float = 0.25,
+) -> str | None:
+    "Yes iff the object's nearest point is within arm's reach and not above the reachable top."
+    if modifier not in AFF_MODIFIERS:
+        raise ValueError(f"modifier must be one of {tuple(AFF_MODIFIERS)}, got {modifier!r}")
     x, y, yaw = map(float, obs_pose)
-    if modifier == "step_left": x, y = x - 0.3*math.sin(math.radians(yaw)), y + 0.3*math.cos(math.radians(yaw))
+    if modifier == "step_left":
+        x, y = x - 0.3 * math.sin(math.radians(yaw)), y + 0.3 * math.cos(math.radians(yaw))
     sz = EYE - shoulder_drop
-    dh = max(0.0, math.hypot(obj.x - x, obj.y - y) - obj.r)            # horizontal gap to the surface
-    dz = min(max(sz, obj.z0), obj.z1) - sz                             # vertical gap to the nearest height
+    # horizontal gap to the surface
+    dh = max(0.0, math.hypot(obj.x - x, obj.y - y) - obj.r)
+    # vertical gap to the nearest height
+    dz = min(max(sz, obj.z0), obj.z1) - sz
     dist = math.hypot(dh, dz)
-    if obj.z0 > top: return "No"
-    if abs(dist - reach) < margin: return None
+    if obj.z0 > top:
+        return "No"
+    if abs(dist - reach) < margin:
+        return None
     return "Yes" if dist <= reach else "No"
 
 # %% ../nbs/19_sawbench.ipynb #020f6184
-def turn_events(poses:np.ndarray, # (T, 3) trajectory; yaw in degrees
-                min_turn:float=45., split_deg:float=20.)->list[float]:
+def turn_events(
+    poses: np.ndarray,  # (T, 3) trajectory; yaw in degrees
+    min_turn: float = 45.0,
+    split_deg: float = 20.0,
+) -> list[float]:
     "Heading changes (degrees, + left) between consecutive straight runs of a trajectory."
     p, yaw = poses[:, :2], np.asarray(poses[:, 2], float)
-    dp = np.hypot(*np.diff(p, axis=0).T); dy = np.diff(yaw)
-    if not (dp > 1e-9).any(): return []
-    walking = dp > 0.25*np.percentile(dp[dp > 1e-9], 75)
+    dp = np.hypot(*np.diff(p, axis=0).T)
+    dy = np.diff(yaw)
+    if not (dp > 1e-9).any():
+        return []
+    walking = dp > 0.25 * np.percentile(dp[dp > 1e-9], 75)
     runs, cur = [], []
     for k in range(len(dp)):
-        if walking[k] and abs(dy[k]) <= split_deg: cur.append(yaw[k + 1])
+        if walking[k] and abs(dy[k]) <= split_deg:
+            cur.append(yaw[k + 1])
         else:
-            if cur: runs.append(float(np.median(cur))); cur = []
-    if cur: runs.append(float(np.median(cur)))
+            if cur:
+                runs.append(float(np.median(cur)))
+                cur = []
+    if cur:
+        runs.append(float(np.median(cur)))
     turns = [((b - a + 180) % 360) - 180 for a, b in zip(runs[:-1], runs[1:])]
     return [t for t in turns if abs(t) >= min_turn]
 
-def label_shape(poses:np.ndarray, # (T, 3) trajectory (x, y in m, yaw in degrees) at any sampling rate
-               )->str|None:
+
+def label_shape(
+    poses: np.ndarray,  # (T, 3) trajectory (x, y in m, yaw in degrees) at any sampling rate
+) -> str | None:
     "The route-shape label of a trajectory (see the rules above); None when no rule applies."
     poses = np.asarray(poses, float)
-    if poses.ndim != 2 or poses.shape[1] != 3 or len(poses) < 2: raise ValueError(f"poses must be (T>=2, 3), got {poses.shape}")
-    dp = np.hypot(*np.diff(poses[:, :2], axis=0).T); dy = np.diff(poses[:, 2]); L = dp.sum()
-    if L < 1.0: return "In-place orientation"
-    walking = dp > 0.25*np.percentile(dp[dp > 1e-9], 75)
-    kappa = np.abs(dy[walking])/dp[walking]                            # degrees per metre
-    if np.mean((kappa > 10) & (kappa < 100)) >= 0.6 and np.abs(dy[walking]).sum() >= 270: return "Circle"
+    if poses.ndim != 2 or poses.shape[1] != 3 or len(poses) < 2:
+        raise ValueError(f"poses must be (T>=2, 3), got {poses.shape}")
+    dp = np.hypot(*np.diff(poses[:, :2], axis=0).T)
+    dy = np.diff(poses[:, 2])
+    L = dp.sum()
+    if L < 1.0:
+        return "In-place orientation"
+    walking = dp > 0.25 * np.percentile(dp[dp > 1e-9], 75)
+    kappa = np.abs(dy[walking]) / dp[walking]  # degrees per metre
+    if np.mean((kappa > 10) & (kappa < 100)) >= 0.6 and np.abs(dy[walking]).sum() >= 270:
+        return "Circle"
     turns = turn_events(poses)
-    closed = np.hypot(*(poses[-1, :2] - poses[0, :2])) < max(1.0, 0.15*L)
-    if closed and len(turns) >= 2: return "Triangle" if np.mean(np.abs(turns)) > 105 else "Square"
-    if len(turns) == 0: return None
-    if len(turns) == 1: return "L-Shape"
-    if len(turns) == 2 and np.sign(turns[0]) == np.sign(turns[1]): return "U-Shape"
+    closed = np.hypot(*(poses[-1, :2] - poses[0, :2])) < max(1.0, 0.15 * L)
+    if closed and len(turns) >= 2:
+        return "Triangle" if np.mean(np.abs(turns)) > 105 else "Square"
+    if len(turns) == 0:
+        return None
+    if len(turns) == 1:
+        return "L-Shape"
+    if len(turns) == 2 and np.sign(turns[0]) == np.sign(turns[1]):
+        return "U-Shape"
     return "Manhattan-style piecewise linear"
 
 # %% ../nbs/19_sawbench.ipynb #931958cc
 @dataclass
 class SAWItem:
-    "One multiple-choice question about one video, in the benchmark's schema (plus the stand-in's ground truth in `meta`)."
-    id: int; key: str; task: str; scene_category: str; question: str; options: list; answer: int; ground_truth: str
-    frames: np.ndarray|None = None                                    # (F, h, w, 3) uint8 at 2 fps, or None (loaded lazily)
-    meta: dict = field(default_factory=dict)                          # poses, scene, label inputs (stand-in only)
+    "One multiple-choice question about one video in the benchmark's schema (truth in `meta`)."
 
-class Rejected(Exception): "A drawn configuration fell inside an ambiguity margin or outside the room."
+    id: int
+    key: str
+    task: str
+    scene_category: str
+    question: str
+    options: list
+    answer: int
+    ground_truth: str
+    # (F, h, w, 3) uint8 at 2 fps, or None (loaded lazily)
+    frames: np.ndarray | None = None
+    # poses, scene, label inputs (stand-in only)
+    meta: dict = field(default_factory=dict)
+
+
+class Rejected(Exception):
+    "A drawn configuration fell inside an ambiguity margin or outside the room."
+
 
 def _inside(poses, sc, margin=0.4):
-    return bool((poses[:, 0] > margin).all() and (poses[:, 0] < sc.W - margin).all() and (poses[:, 1] > margin).all() and (poses[:, 1] < sc.D - margin).all())
+    return bool(
+        (poses[:, 0] > margin).all()
+        and (poses[:, 0] < sc.W - margin).all()
+        and (poses[:, 1] > margin).all()
+        and (poses[:, 1] < sc.D - margin).all()
+    )
 
-def _seg(rng, sc): return rng.uniform(2.0, 4.0) if sc.category == "indoor" else rng.uniform(3.0, 6.0)
+
+def _seg(rng, sc):
+    return rng.uniform(2.0, 4.0) if sc.category == "indoor" else rng.uniform(3.0, 6.0)
+
 
 def _route(rng, sc, actions, tries=60):
     "A start pose from which `actions` stay inside the room, and the route's poses."
     for _ in range(tries):
         start = (rng.uniform(0.5, sc.W - 0.5), rng.uniform(0.5, sc.D - 0.5), rng.uniform(0, 360))
         P, R = simulate(start, actions, rng)
-        if _inside(P, sc): return P, R
+        if _inside(P, sc):
+            return P, R
     raise Rejected("route does not fit")
 
 # %% ../nbs/19_sawbench.ipynb #21b5df50
 def _gen_localization(rng, sc, label):
     m, (W, D) = min(sc.W, sc.D), (sc.W, sc.D)
-    lo, hi, far = 0.3, 0.17*m, 0.33*m
-    if label == "Corner": x, y = rng.uniform(lo, hi, 2); x = x if rng.random() < 0.5 else W - x; y = y if rng.random() < 0.5 else D - y
+    lo, hi, far = 0.3, 0.17 * m, 0.33 * m
+    if label == "Corner":
+        x, y = rng.uniform(lo, hi, 2)
+        x = x if rng.random() < 0.5 else W - x
+        y = y if rng.random() < 0.5 else D - y
     elif label == "Side":
         d, along, wall = rng.uniform(lo, hi), rng.random(), rng.integers(4)
-        if wall % 2 == 0: x, y = far + along*(W - 2*far), (d if wall == 0 else D - d)
-        else: x, y = (W - d if wall == 1 else d), far + along*(D - 2*far)
-    else: x, y = rng.uniform(far, W - far), rng.uniform(far, D - far)
-    if label_localization((x, y), (W, D), margin=0.02) != label: raise Rejected("ambiguous position")
+        if wall % 2 == 0:
+            x, y = far + along * (W - 2 * far), (d if wall == 0 else D - d)
+        else:
+            x, y = (W - d if wall == 1 else d), far + along * (D - 2 * far)
+    else:
+        x, y = rng.uniform(far, W - far), rng.uniform(far, D - far)
+    if label_localization((x, y), (W, D), margin=0.02) != label:
+        raise Rejected("ambiguous position")
     sgn = 1 if rng.random() < 0.5 else -1
-    P, R = simulate((x, y, rng.uniform(0, 360)), [("pan", sgn*(360 + rng.uniform(0, 45)))], rng)
+    P, R = simulate((x, y, rng.uniform(0, 360)), [("pan", sgn * (360 + rng.uniform(0, 45)))], rng)
     q = TEMPLATES["localization"].format(place=PLACES[sc.category][rng.integers(3)])
     return P, R, q, list(LOC_LABELS), label, dict(pos=(x, y))
 
+
 def _gen_direction(rng, sc, label):
     if label == "Same location":
-        P, R = _route(rng, sc, [("pan", (1 if rng.random() < 0.5 else -1)*rng.uniform(90, 300))])
+        P, R = _route(rng, sc, [("pan", (1 if rng.random() < 0.5 else -1) * rng.uniform(90, 300))])
     else:
         acts = [("walk", _seg(rng, sc))]
-        for _ in range(rng.integers(0, 3)): acts += [("turn", 90*(1 if rng.random() < 0.5 else -1)), ("walk", _seg(rng, sc))]
-        if rng.random() < 0.5: acts.append(("pan", rng.uniform(-150, 150)))      # an optional final head turn
+        for _ in range(rng.integers(0, 3)):
+            acts += [("turn", 90 * (1 if rng.random() < 0.5 else -1)), ("walk", _seg(rng, sc))]
+        # an optional final head turn
+        if rng.random() < 0.5:
+            acts.append(("pan", rng.uniform(-150, 150)))
         P, R = _route(rng, sc, acts)
     got = label_direction(P[0], P[-1], margin_deg=7.5, dist_margin=0.3)
-    if got != label: raise Rejected("label not realised")
-    adj = {l: [DIR_LABELS[(i - 1) % 8], DIR_LABELS[(i + 1) % 8]] for i, l in enumerate(DIR_LABELS[:8])}
+    if got != label:
+        raise Rejected("label not realised")
+    adj = {
+        l: [DIR_LABELS[(i - 1) % 8], DIR_LABELS[(i + 1) % 8]] for i, l in enumerate(DIR_LABELS[:8])
+    }
     others = [l for l in DIR_LABELS if l != label]
     first = [adj[label][rng.integers(2)]] if label in adj else []
     rest = [l for l in others if l not in first]
     opts = [label] + first + list(rng.choice(rest, 3 - len(first), replace=False))
-    return P, R, TEMPLATES["direction"], opts, label, dict(start=P[0, :2].tolist(), end_pose=P[-1].tolist())
+    return (
+        P,
+        R,
+        TEMPLATES["direction"],
+        opts,
+        label,
+        dict(start=P[0, :2].tolist(), end_pose=P[-1].tolist()),
+    )
+
 
 def _gen_shape(rng, sc, label):
-    s = 1 if rng.random() < 0.5 else -1; a = _seg(rng, sc)
+    s = 1 if rng.random() < 0.5 else -1
+    a = _seg(rng, sc)
     side = rng.uniform(2.0, 3.0) if sc.category == "indoor" else rng.uniform(3.0, 5.0)
-    if label == "L-Shape": acts = [("walk", a), ("turn", 90*s), ("walk", _seg(rng, sc))]
-    elif label == "U-Shape": acts = [("walk", a), ("turn", 90*s), ("walk", rng.uniform(1.5, 3.0)), ("turn", 90*s), ("walk", _seg(rng, sc))]
-    elif label == "Square": acts = [("walk", side)] + [x for _ in range(3) for x in (("turn", 90*s), ("walk", side))]
-    elif label == "Triangle": acts = [("walk", side)] + [x for _ in range(2) for x in (("turn", 120*s), ("walk", side))]
-    elif label == "Circle": acts = [("arc", 360*s, rng.uniform(1.2, 2.0) if sc.category == "indoor" else rng.uniform(2.0, 3.0))]
-    elif label == "In-place orientation": acts = [("pan", s*rng.uniform(180, 360))]
+    if label == "L-Shape":
+        acts = [("walk", a), ("turn", 90 * s), ("walk", _seg(rng, sc))]
+    elif label == "U-Shape":
+        acts = [
+            ("walk", a),
+            ("turn", 90 * s),
+            ("walk", rng.uniform(1.5, 3.0)),
+            ("turn", 90 * s),
+            ("walk", _seg(rng, sc)),
+        ]
+    elif label == "Square":
+        acts = [("walk", side)] + [x for _ in range(3) for x in (("turn", 90 * s), ("walk", side))]
+    elif label == "Triangle":
+        acts = [("walk", side)] + [x for _ in range(2) for x in (("turn", 120 * s), ("walk", side))]
+    elif label == "Circle":
+        acts = [
+            (
+                "arc",
+                360 * s,
+                rng.uniform(1.2, 2.0) if sc.category == "indoor" else rng.uniform(2.0, 3.0),
+            )
+        ]
+    elif label == "In-place orientation":
+        acts = [("pan", s * rng.uniform(180, 360))]
     else:
-        n = rng.integers(4, 6); ts = [90*(1 if rng.random() < 0.5 else -1) for _ in range(n - 1)]
-        if len(set(ts)) == 1: ts[rng.integers(len(ts))] *= -1                       # mixed left and right turns
-        acts = [("walk", rng.uniform(1.5, 3.0))] + [x for t in ts for x in (("turn", t), ("walk", rng.uniform(1.5, 3.0)))]
+        n = rng.integers(4, 6)
+        ts = [90 * (1 if rng.random() < 0.5 else -1) for _ in range(n - 1)]
+        # mixed left and right turns
+        if len(set(ts)) == 1:
+            ts[rng.integers(len(ts))] *= -1
+        acts = [("walk", rng.uniform(1.5, 3.0))] + [
+            x for t in ts for x in (("turn", t), ("walk", rng.uniform(1.5, 3.0)))
+        ]
     P, R = _route(rng, sc, acts)
-    if label_shape(P) != label: raise Rejected("label not realised")
-    return P, R, TEMPLATES["shape"], [label] + list(rng.choice([l for l in SHAPE_LABELS if l != label], 3, replace=False)), label, dict()
+    if label_shape(P) != label:
+        raise Rejected("label not realised")
+    return (
+        P,
+        R,
+        TEMPLATES["shape"],
+        [label] + list(rng.choice([l for l in SHAPE_LABELS if l != label], 3, replace=False)),
+        label,
+        dict(),
+    )
+
 
 def _gen_revplan(rng, sc, label):
-    ia, ib = divmod(REVPLAN_LABELS.index(label), 2)                # return turns a = opp(t2), b = opp(t1)
+    # return turns a = opp(t2), b = opp(t1)
+    ia, ib = divmod(REVPLAN_LABELS.index(label), 2)
     t2, t1 = ("R", "L")[ia], ("R", "L")[ib]
     segs = [_seg(rng, sc) for _ in range(3)]
-    acts = [("walk", segs[0]), ("turn", 90 if t1 == "L" else -90), ("walk", segs[1]), ("turn", 90 if t2 == "L" else -90), ("walk", segs[2])]
+    acts = [
+        ("walk", segs[0]),
+        ("turn", 90 if t1 == "L" else -90),
+        ("walk", segs[1]),
+        ("turn", 90 if t2 == "L" else -90),
+        ("walk", segs[2]),
+    ]
     P, R = _route(rng, sc, acts)
-    return P, R, TEMPLATES["revplan"], list(REVPLAN_LABELS), label, dict(turns=(t1, t2), seg_lengths=segs)
+    return (
+        P,
+        R,
+        TEMPLATES["revplan"],
+        list(REVPLAN_LABELS),
+        label,
+        dict(turns=(t1, t2), seg_lengths=segs),
+    )
 
 # %% ../nbs/19_sawbench.ipynb #df465841
-MEMORY_OBJECTS = [("red chair", (0.85, 0.2, 0.2)), ("blue box", (0.2, 0.35, 0.9)), ("green plant", (0.2, 0.7, 0.25)),
-                  ("yellow lamp", (0.9, 0.75, 0.1)), ("purple vase", (0.7, 0.25, 0.8)), ("orange cone", (0.95, 0.5, 0.1))]
-AFF_OBJECTS = {"indoor": [("water bottle", 0.05, 0.95, 1.2), ("television", 0.35, 1.9, 2.5), ("air vent", 0.2, 2.4, 2.6),
-                          ("door handle", 0.06, 0.95, 1.05), ("wall clock", 0.15, 2.0, 2.3), ("light switch", 0.05, 1.2, 1.3)],
-               "outdoor": [("tree branch", 0.3, 2.2, 2.6), ("street sign", 0.3, 1.9, 2.4), ("mailbox", 0.2, 0.9, 1.3),
-                           ("basketball hoop", 0.25, 3.0, 3.2), ("bird feeder", 0.1, 1.6, 1.9)]}
+MEMORY_OBJECTS = [
+    ("red chair", (0.85, 0.2, 0.2)),
+    ("blue box", (0.2, 0.35, 0.9)),
+    ("green plant", (0.2, 0.7, 0.25)),
+    ("yellow lamp", (0.9, 0.75, 0.1)),
+    ("purple vase", (0.7, 0.25, 0.8)),
+    ("orange cone", (0.95, 0.5, 0.1)),
+]
+AFF_OBJECTS = {
+    "indoor": [
+        ("water bottle", 0.05, 0.95, 1.2),
+        ("television", 0.35, 1.9, 2.5),
+        ("air vent", 0.2, 2.4, 2.6),
+        ("door handle", 0.06, 0.95, 1.05),
+        ("wall clock", 0.15, 2.0, 2.3),
+        ("light switch", 0.05, 1.2, 1.3),
+    ],
+    "outdoor": [
+        ("tree branch", 0.3, 2.2, 2.6),
+        ("street sign", 0.3, 1.9, 2.4),
+        ("mailbox", 0.2, 0.9, 1.3),
+        ("basketball hoop", 0.25, 3.0, 3.2),
+        ("bird feeder", 0.1, 1.6, 1.9),
+    ],
+}
+
 
 def _gen_memory(rng, sc, label):
     sc.objects = []
-    if label in ("Yes", "No"):                                       # same-instance sub-type; else label is 0..3
+    # same-instance sub-type; else label is 0..3
+    if label in ("Yes", "No"):
         name, col = MEMORY_OBJECTS[rng.integers(len(MEMORY_OBJECTS))]
         for _ in range(60):
             A, B = rng.uniform(1, [sc.W - 1, sc.D - 1]), rng.uniform(1, [sc.W - 1, sc.D - 1])
             pos = rng.uniform(1, [sc.W - 1, sc.D - 1])
-            if np.hypot(*(A - B)) > 3 and min(np.hypot(*(A - pos)), np.hypot(*(B - pos))) > 2.5: break
-        else: raise Rejected("no layout")
-        sc.objects = [SAWObject(name, *A, 0.3, 0.0, 1.0, col), SAWObject(name, *B, 0.3, 0.0, 1.0, col)]
+            if np.hypot(*(A - B)) > 3 and min(np.hypot(*(A - pos)), np.hypot(*(B - pos))) > 2.5:
+                break
+        else:
+            raise Rejected("no layout")
+        sc.objects = [
+            SAWObject(name, *A, 0.3, 0.0, 1.0, col),
+            SAWObject(name, *B, 0.3, 0.0, 1.0, col),
+        ]
         T = A if label == "Yes" else B
-        yA = math.degrees(math.atan2(*(A - pos)[::-1])); yT = math.degrees(math.atan2(*(T - pos)[::-1]))
-        acts = [("pan", 360*(1 if rng.random() < 0.5 else -1)), ("turn", (yT - yA + 180) % 360 - 180), ("walk", np.hypot(*(T - pos)) - 1.2)]
+        yA = math.degrees(math.atan2(*(A - pos)[::-1]))
+        yT = math.degrees(math.atan2(*(T - pos)[::-1]))
+        acts = [
+            ("pan", 360 * (1 if rng.random() < 0.5 else -1)),
+            ("turn", (yT - yA + 180) % 360 - 180),
+            ("walk", np.hypot(*(T - pos)) - 1.2),
+        ]
         P, R = simulate((pos[0], pos[1], yA), acts, rng)
-        if not _inside(P, sc): raise Rejected("route does not fit")
-        return P, R, TEMPLATES["memory_same"].format(object=name), ["Yes", "No"], label, dict(subtype="same", first=A.tolist(), target=T.tolist())
+        if not _inside(P, sc):
+            raise Rejected("route does not fit")
+        return (
+            P,
+            R,
+            TEMPLATES["memory_same"].format(object=name),
+            ["Yes", "No"],
+            label,
+            dict(subtype="same", first=A.tolist(), target=T.tolist()),
+        )
     names = [MEMORY_OBJECTS[i] for i in rng.choice(len(MEMORY_OBJECTS), 4, replace=False)]
-    pos = np.array([rng.uniform(0.3, 0.7)*sc.W, rng.uniform(0.3, 0.7)*sc.D]); yaw0 = rng.uniform(0, 360)
+    pos = np.array([rng.uniform(0.3, 0.7) * sc.W, rng.uniform(0.3, 0.7) * sc.D])
+    yaw0 = rng.uniform(0, 360)
     objs = []
-    for i, (nm, col) in enumerate(names):                            # four objects spread in front of the observer
-        th, r = math.radians(yaw0 + (-30 + 20*i)), rng.uniform(1.8, 3.0)
-        objs.append(SAWObject(nm, pos[0] + r*math.cos(th), pos[1] + r*math.sin(th), 0.25, 0.0, rng.uniform(0.6, 1.2), col))
-    k = int(label)                                                   # the index of the object that changes
+    # four objects spread in front of the observer
+    for i, (nm, col) in enumerate(names):
+        th, r = math.radians(yaw0 + (-30 + 20 * i)), rng.uniform(1.8, 3.0)
+        objs.append(
+            SAWObject(
+                nm,
+                pos[0] + r * math.cos(th),
+                pos[1] + r * math.sin(th),
+                0.25,
+                0.0,
+                rng.uniform(0.6, 1.2),
+                col,
+            )
+        )
+    # the index of the object that changes
+    k = int(label)
     change = ("moved", "removed", "added")[rng.integers(3)]
-    before, after = Scene(**{**sc.__dict__, "objects": list(objs)}), Scene(**{**sc.__dict__, "objects": list(objs)})
+    before, after = (
+        Scene(**{**sc.__dict__, "objects": list(objs)}),
+        Scene(**{**sc.__dict__, "objects": list(objs)}),
+    )
     if change == "moved":
-        o = objs[k]; ang = math.atan2(o.y - pos[1], o.x - pos[0]) + (0.35 if rng.random() < 0.5 else -0.35)
+        o = objs[k]
+        ang = math.atan2(o.y - pos[1], o.x - pos[0]) + (0.35 if rng.random() < 0.5 else -0.35)
         r = math.hypot(o.x - pos[0], o.y - pos[1])
-        after.objects[k] = replace(o, x=pos[0] + r*math.cos(ang), y=pos[1] + r*math.sin(ang))
-    elif change == "removed": after.objects.pop(k)
-    else: before.objects.pop(k)
-    sgn = 1 if rng.random() < 0.5 else -1; away = rng.uniform(200, 240)
-    P, R = simulate((pos[0], pos[1], yaw0), [("pan", sgn*away), ("pan", -sgn*away)], rng)
-    if not _inside(P, sc, 0.3): raise Rejected("route does not fit")
-    half = len(P)//2
-    return P, R, TEMPLATES["memory_change"], [n for n, _ in names], names[k][0], dict(subtype="change", change=change, changed=names[k][0], scenes=(before, after, half))
+        after.objects[k] = replace(o, x=pos[0] + r * math.cos(ang), y=pos[1] + r * math.sin(ang))
+    elif change == "removed":
+        after.objects.pop(k)
+    else:
+        before.objects.pop(k)
+    sgn = 1 if rng.random() < 0.5 else -1
+    away = rng.uniform(200, 240)
+    P, R = simulate((pos[0], pos[1], yaw0), [("pan", sgn * away), ("pan", -sgn * away)], rng)
+    if not _inside(P, sc, 0.3):
+        raise Rejected("route does not fit")
+    half = len(P) // 2
+    return (
+        P,
+        R,
+        TEMPLATES["memory_change"],
+        [n for n, _ in names],
+        names[k][0],
+        dict(subtype="change", change=change, changed=names[k][0], scenes=(before, after, half)),
+    )
+
 
 def _gen_affordance(rng, sc, label):
     mod = ("none", "step_left", "feet")[rng.integers(3)]
     pool = AFF_OBJECTS[sc.category]
-    if label == "Yes": pool = [p for p in pool if p[2] <= 1.9]
+    if label == "Yes":
+        pool = [p for p in pool if p[2] <= 1.9]
     name, r, z0, z1 = pool[rng.integers(len(pool))]
     for _ in range(80):
-        o = SAWObject(name, rng.uniform(1.5, sc.W - 1.5), rng.uniform(1.5, sc.D - 1.5), r, z0, z1, tuple(PALETTE[rng.integers(len(PALETTE))]))
-        yaw = rng.uniform(0, 360); stop, lat = rng.uniform(0.05, 1.0), rng.uniform(-0.35, 0.35)
+        o = SAWObject(
+            name,
+            rng.uniform(1.5, sc.W - 1.5),
+            rng.uniform(1.5, sc.D - 1.5),
+            r,
+            z0,
+            z1,
+            tuple(PALETTE[rng.integers(len(PALETTE))]),
+        )
+        yaw = rng.uniform(0, 360)
+        stop, lat = rng.uniform(0.05, 1.0), rng.uniform(-0.35, 0.35)
         c, s = math.cos(math.radians(yaw)), math.sin(math.radians(yaw))
-        fwd = math.sqrt(max((r + stop)**2 - lat**2, 0.01))
-        end = (o.x - fwd*c + lat*s, o.y - fwd*s - lat*c)              # the object ahead, lat m to the right or left
-        walk = rng.uniform(2.5, 4.0); start = (end[0] - walk*c, end[1] - walk*s, yaw)
-        if not (0.5 < start[0] < sc.W - 0.5 and 0.5 < start[1] < sc.D - 0.5): continue
-        if label_affordance((*end, yaw), o, mod, margin=0.1) == label: break
-    else: raise Rejected("label not realised")
+        fwd = math.sqrt(max((r + stop) ** 2 - lat**2, 0.01))
+        # the object ahead, lat m to the right or left
+        end = (o.x - fwd * c + lat * s, o.y - fwd * s - lat * c)
+        walk = rng.uniform(2.5, 4.0)
+        start = (end[0] - walk * c, end[1] - walk * s, yaw)
+        if not (0.5 < start[0] < sc.W - 0.5 and 0.5 < start[1] < sc.D - 0.5):
+            continue
+        if label_affordance((*end, yaw), o, mod, margin=0.1) == label:
+            break
+    else:
+        raise Rejected("label not realised")
     sc.objects = [ob for ob in sc.objects if math.hypot(ob.x - o.x, ob.y - o.y) > 1.5] + [o]
     P, R = simulate(start, [("walk", walk)], rng)
-    return P, R, TEMPLATES["affordance"].format(mod=AFF_MODIFIERS[mod], object=name), ["Yes", "No"], label, dict(obj=o, modifier=mod)
+    return (
+        P,
+        R,
+        TEMPLATES["affordance"].format(mod=AFF_MODIFIERS[mod], object=name),
+        ["Yes", "No"],
+        label,
+        dict(obj=o, modifier=mod),
+    )
 
-_GEN = dict(localization=_gen_localization, direction=_gen_direction, shape=_gen_shape, revplan=_gen_revplan,
-            memory=_gen_memory, affordance=_gen_affordance)
-_LABELS = dict(localization=LOC_LABELS, direction=DIR_LABELS, shape=SHAPE_LABELS, revplan=REVPLAN_LABELS,
-               memory=("Yes", "No", 0, 1, 2, 3), affordance=("Yes", "No"))   # memory: same-instance answers, or which of 4 objects changes
+
+_GEN = dict(
+    localization=_gen_localization,
+    direction=_gen_direction,
+    shape=_gen_shape,
+    revplan=_gen_revplan,
+    memory=_gen_memory,
+    affordance=_gen_affordance,
+)
+# memory: same-instance answers, or which of 4 objects changes
+_LABELS = dict(
+    localization=LOC_LABELS,
+    direction=DIR_LABELS,
+    shape=SHAPE_LABELS,
+    revplan=REVPLAN_LABELS,
+    memory=("Yes", "No", 0, 1, 2, 3),
+    affordance=("Yes", "No"),
+)
 
 # %% ../nbs/19_sawbench.ipynb #ddeb80db
-def make_item(task:str,              # one of TASKS
-              seed:int,              # item seed: the same seed gives the same item
-              w:int=64, h:int=48,    # frame size, pixels
-              fps:float=2.0,         # frame rate of the video; the benchmark's is 2
-              scene_category:str|None=None, # "indoor", "outdoor" or None (a fair coin)
-              render:bool=True,      # False skips the frames (labels and questions only)
-             )->SAWItem:
-    "Draw one MiniSAW item: label first, then a scene and route that realise it, 2 fps frames, shuffled options."
-    if task not in TASKS: raise ValueError(f"unknown task key {task!r}; use one of {TASKS}")
-    if fps != 2.0: raise ValueError(f"MiniSAW simulates 2 fps clips only (fps=2.0), got {fps}")
+def make_item(
+    task: str,  # one of TASKS
+    seed: int,  # item seed: the same seed gives the same item
+    w: int = 64,
+    h: int = 48,  # frame size, pixels
+    fps: float = 2.0,  # frame rate of the video; the benchmark's is 2
+    scene_category: str | None = None,  # "indoor", "outdoor" or None (a fair coin)
+    render: bool = True,  # False skips the frames (labels and questions only)
+) -> SAWItem:
+    "Draw one MiniSAW item: label first, then a scene and route, 2 fps frames, shuffled options."
+    if task not in TASKS:
+        raise ValueError(f"unknown task key {task!r}; use one of {TASKS}")
+    if fps != 2.0:
+        raise ValueError(f"MiniSAW simulates 2 fps clips only (fps=2.0), got {fps}")
     rng = np.random.default_rng([seed, TASKS.index(task), 19])
     cat = scene_category or ("indoor" if rng.random() < 0.5 else "outdoor")
-    label = _LABELS[task][seed % len(_LABELS[task])]                  # the label comes first: consecutive seeds cycle through them
+    # the label comes first: consecutive seeds cycle through them
+    label = _LABELS[task][seed % len(_LABELS[task])]
     rejected = 0
     while True:
         sc = make_scene(rng, cat)
-        try: P, R, q, opts, gold, meta = _GEN[task](rng, sc, label); break
-        except Rejected: rejected += 1
-        if rejected > 500: raise RuntimeError(f"could not realise a {task} item with label {label!r} for seed {seed}")
-    perm = rng.permutation(len(opts))                                 # option shuffling
-    options = [opts[i] for i in perm]; answer = options.index(gold)
+        try:
+            P, R, q, opts, gold, meta = _GEN[task](rng, sc, label)
+            break
+        except Rejected:
+            rejected += 1
+        if rejected > 500:
+            raise RuntimeError(
+                f"could not realise a {task} item with label {label!r} for seed {seed}"
+            )
+    perm = rng.permutation(len(opts))  # option shuffling
+    options = [opts[i] for i in perm]
+    answer = options.index(gold)
     fi = frame_index(len(P))
     scenes = meta.pop("scenes", None)
-    if scenes is not None: before, after, half = scenes; scene_list = [before if i < half else after for i in fi]
-    else: scene_list = sc
+    if scenes is not None:
+        before, after, half = scenes
+        scene_list = [before if i < half else after for i in fi]
+    else:
+        scene_list = sc
     frames = render_frames(scene_list, R[fi], w, h) if render else None
-    meta.update(poses=P, render_poses=R, frame_idx=fi, scene=sc if scenes is None else scenes[0], rejected=rejected,
-                scene_after=None if scenes is None else scenes[1])
-    return SAWItem(seed, f"{task}_{seed}", task, cat, q, options, answer, options[answer], frames, meta)
+    meta.update(
+        poses=P,
+        render_poses=R,
+        frame_idx=fi,
+        scene=sc if scenes is None else scenes[0],
+        rejected=rejected,
+        scene_after=None if scenes is None else scenes[1],
+    )
+    return SAWItem(
+        seed, f"{task}_{seed}", task, cat, q, options, answer, options[answer], frames, meta
+    )
 
 # %% ../nbs/19_sawbench.ipynb #ce891691
-REAL_COUNTS = dict(localization=200, direction=834, shape=546, revplan=229, memory=100, affordance=162)   # README table, 2,071 items
+# README table, 2,071 items
+REAL_COUNTS = dict(
+    localization=200, direction=834, shape=546, revplan=229, memory=100, affordance=162
+)
 SPLIT_SEED0 = dict(train=0, test=10**6)
 
-def make_split(split:str,              # "train" or "test"
-               counts:dict[str, int],  # items per task, e.g. REAL_COUNTS
-               seed0:int=0,            # offset added to the split's first seed (test seeds start at 10**6)
-               show_progress:bool=False,
-               **render_kw,            # passed to `make_item` (w, h, render)
-              )->list[SAWItem]:
+
+def make_split(
+    split: str,  # "train" or "test"
+    counts: dict[str, int],  # items per task, e.g. REAL_COUNTS
+    seed0: int = 0,  # offset added to the split's first seed (test seeds start at 10**6)
+    show_progress: bool = False,
+    **render_kw,  # passed to `make_item` (w, h, render)
+) -> list[SAWItem]:
     "A MiniSAW split: item i of each task has seed SPLIT_SEED0[split] + seed0 + i."
-    if split not in SPLIT_SEED0: raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if split not in SPLIT_SEED0:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     bad = [t for t in counts if t not in TASKS]
-    if bad: raise ValueError(f"unknown task keys {bad}; use {TASKS}")
+    if bad:
+        raise ValueError(f"unknown task keys {bad}; use {TASKS}")
+    neg = {t: n for t, n in counts.items() if n < 0}
+    if neg:
+        raise ValueError(f"item counts must be >= 0, got {neg}")
     if seed0 < 0 or (split == "train" and seed0 + max(counts.values(), default=0) > 10**6):
         raise ValueError("train seeds must stay below 10**6, where the test seeds start")
     jobs = [(t, SPLIT_SEED0[split] + seed0 + i) for t, n in counts.items() for i in range(n)]
@@ -518,405 +961,755 @@ def make_split(split:str,              # "train" or "test"
 # %% ../nbs/19_sawbench.ipynb #8d9bbb71
 class Model(Protocol):
     "Anything with `predict(item) -> option index`."
-    def predict(self, item:SAWItem)->int: ...
+
+    def predict(self, item: SAWItem) -> int: ...
+
 
 class ChanceModel:
     "Uniform random choice among the options, seeded per item."
+
     name = "chance"
-    def __init__(self, seed:int=0): self.seed = seed
-    def predict(self, item:SAWItem)->int:
-        return int(np.random.default_rng([self.seed, zlib.crc32(item.key.encode())]).integers(len(item.options)))
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    def predict(self, item: SAWItem) -> int:
+        return int(
+            np.random.default_rng([self.seed, zlib.crc32(item.key.encode())]).integers(
+                len(item.options)
+            )
+        )
+
 
 class BlindPriorModel:
-    "Text only: the option text most often correct for this task in the train split (ties: first on offer)."
+    "Text only: the option most often right for this task in the train split (ties: first offered)."
+
     name = "blind prior"
-    def __init__(self): self.counts = {}
-    def fit(self, items:Sequence[SAWItem])->"BlindPriorModel":
+
+    def __init__(self):
+        self.counts = {}
+
+    def fit(self, items: Sequence[SAWItem]) -> "BlindPriorModel":
         for it in items:
-            c = self.counts.setdefault(it.task, {}); c[it.ground_truth] = c.get(it.ground_truth, 0) + 1
+            c = self.counts.setdefault(it.task, {})
+            c[it.ground_truth] = c.get(it.ground_truth, 0) + 1
         return self
-    def predict(self, item:SAWItem)->int:
+
+    def predict(self, item: SAWItem) -> int:
         c = self.counts.get(item.task, {})
         return int(np.argmax([c.get(o, 0) for o in item.options]))
 
+
 class OraclePoseModel:
     "Ground-truth poses and scene through the labellers: the human-proxy ceiling."
+
     name = "oracle"
-    def predict(self, item:SAWItem)->int:
+
+    def predict(self, item: SAWItem) -> int:
         m, P = item.meta, item.meta.get("poses")
-        if P is None: raise ValueError("OraclePoseModel needs the stand-in's ground truth in item.meta (poses); real items have none")
+        if P is None:
+            raise ValueError(
+                "OraclePoseModel needs the stand-in's ground truth in item.meta (poses); "
+                "real items have none"
+            )
         t = item.task
-        if t == "localization": lab = label_localization(P[0, :2], (m["scene"].W, m["scene"].D))
-        elif t == "direction": lab = label_direction(P[0], P[-1])
-        elif t == "shape": lab = label_shape(P)
-        elif t == "revplan": lab = label_revplan(m["turns"])
-        elif t == "affordance": lab = label_affordance(P[-1], m["obj"], m["modifier"])
-        elif m["subtype"] == "same": lab = "Yes" if np.allclose(m["first"], m["target"]) else "No"
+        if t == "localization":
+            lab = label_localization(P[0, :2], (m["scene"].W, m["scene"].D))
+        elif t == "direction":
+            lab = label_direction(P[0], P[-1])
+        elif t == "shape":
+            lab = label_shape(P)
+        elif t == "revplan":
+            lab = label_revplan(m["turns"])
+        elif t == "affordance":
+            lab = label_affordance(P[-1], m["obj"], m["modifier"])
+        elif m["subtype"] == "same":
+            lab = "Yes" if np.allclose(m["first"], m["target"]) else "No"
         else:
             names = lambda sc: {(o.name, round(o.x, 6), round(o.y, 6)) for o in sc.objects}
-            lab = next(iter(names(m["scene"]) ^ names(m["scene_after"])))[0]    # the object whose presence or place differs
+            # the object whose presence or place differs
+            lab = next(iter(names(m["scene"]) ^ names(m["scene_after"])))[0]
         return item.options.index(lab)
 
 # %% ../nbs/19_sawbench.ipynb #9a0e8429
 class VOGeometryModel:
-    "Visual odometry (column-profile yaw, wall-edge distance) and rule labellers; memory and affordance at chance."
+    "Visual odometry (column-profile yaw, wall-edge distance) and rule labellers; others at chance."
+
     name = "VO geometry"
-    def __init__(self, fov_deg:float=90., max_shift:int=40, seed:int=0, sat_thr:float=0.02, shift_prior:float=0.5):
-        self.fov, self.max_shift, self.seed, self.sat_thr, self.shift_prior = fov_deg, max_shift, seed, sat_thr, shift_prior
-        self.grid = np.arange(-fov_deg/2 + 0.5, fov_deg/2, 1.0)      # uniform ray-angle grid, degrees (right positive)
+
+    def __init__(
+        self,
+        fov_deg: float = 90.0,
+        max_shift: int = 40,
+        seed: int = 0,
+        sat_thr: float = 0.02,
+        shift_prior: float = 0.5,
+    ):
+        self.fov, self.max_shift, self.seed, self.sat_thr, self.shift_prior = (
+            fov_deg,
+            max_shift,
+            seed,
+            sat_thr,
+            shift_prior,
+        )
+        # uniform ray-angle grid, degrees (right positive)
+        self.grid = np.arange(-fov_deg / 2 + 0.5, fov_deg / 2, 1.0)
 
     def _check(self, frames):
-        if frames is None: raise ValueError("VOGeometryModel needs frames; this item has frames=None (load them first)")
+        if frames is None:
+            raise ValueError(
+                "VOGeometryModel needs frames; this item has frames=None (load them first)"
+            )
         frames = np.asarray(frames)
-        if frames.ndim != 4 or frames.shape[-1] != 3: raise ValueError(f"frames must be (F, h, w, 3), got shape {frames.shape}")
-        if len(frames) == 0: raise ValueError("a video with no frames: frames has length 0")
+        if frames.ndim != 4 or frames.shape[-1] != 3:
+            raise ValueError(f"frames must be (F, h, w, 3), got shape {frames.shape}")
+        if len(frames) == 0:
+            raise ValueError("a video with no frames: frames has length 0")
         return frames
 
-    def profiles(self, frames:np.ndarray)->np.ndarray:
+    def profiles(self, frames: np.ndarray) -> np.ndarray:
         "Column colour profiles of the horizon band on the uniform angle grid: (F, n_angles, 3)."
-        F_, h, w, _ = frames.shape; f = (w/2)/math.tan(math.radians(self.fov)/2)
-        band = frames[:, h//2 - max(1, h//8):h//2 + max(1, h//8)].astype(np.float64).mean(1)/255   # (F, w, 3)
-        alpha = np.degrees(np.arctan((np.arange(w) + 0.5 - w/2)/f))
-        return np.stack([np.stack([np.interp(self.grid, alpha, band[i, :, c]) for c in range(3)], -1) for i in range(F_)])
+        F_, h, w, _ = frames.shape
+        f = (w / 2) / math.tan(math.radians(self.fov) / 2)
+        # (F, w, 3)
+        band = (
+            frames[:, h // 2 - max(1, h // 8) : h // 2 + max(1, h // 8)].astype(np.float64).mean(1)
+            / 255
+        )
+        alpha = np.degrees(np.arctan((np.arange(w) + 0.5 - w / 2) / f))
+        return np.stack(
+            [
+                np.stack([np.interp(self.grid, alpha, band[i, :, c]) for c in range(3)], -1)
+                for i in range(F_)
+            ]
+        )
 
-    def yaw_steps(self, frames:np.ndarray)->np.ndarray:
+    def yaw_steps(self, frames: np.ndarray) -> np.ndarray:
         "Estimated heading change between consecutive frames, degrees (left positive): (F-1,)."
-        Pr = self.profiles(self._check(frames)); n = Pr.shape[1]; out = []
+        Pr = self.profiles(self._check(frames))
+        n = Pr.shape[1]
+        out = []
         for a, b in zip(Pr[:-1], Pr[1:]):
             shifts = np.arange(-self.max_shift, self.max_shift + 1)
-            cost = np.array([((b[max(0, s):n + min(0, s)] - a[max(0, -s):n - max(0, s)])**2).mean() for s in shifts])
-            cost = cost*(1 + self.shift_prior*np.abs(shifts)/self.max_shift)   # prefer small turns among near-equal fits
-            i = int(cost.argmin()); d = 0.0
+            cost = np.array(
+                [
+                    ((b[max(0, s) : n + min(0, s)] - a[max(0, -s) : n - max(0, s)]) ** 2).mean()
+                    for s in shifts
+                ]
+            )
+            # prefer small turns among near-equal fits
+            cost = cost * (1 + self.shift_prior * np.abs(shifts) / self.max_shift)
+            i = int(cost.argmin())
+            d = 0.0
             if 0 < i < len(cost) - 1:
-                den = cost[i - 1] - 2*cost[i] + cost[i + 1]
-                if den > 1e-12: d = 0.5*(cost[i - 1] - cost[i + 1])/den
+                den = cost[i - 1] - 2 * cost[i] + cost[i + 1]
+                if den > 1e-12:
+                    d = 0.5 * (cost[i - 1] - cost[i + 1]) / den
             out.append(float(shifts[i] + np.clip(d, -0.5, 0.5)))
         return np.array(out)
 
-    def ray_dist(self, frames:np.ndarray)->np.ndarray:
-        "Ray distance to the floor edge of the wall (or object) in each column, m; NaN where none: (F, w)."
-        frames = self._check(frames); F_, h, w, _ = frames.shape; f = (w/2)/math.tan(math.radians(self.fov)/2)
-        x = frames.astype(np.float64)/255; s = x.max(-1) - x.min(-1)              # saturation, (F, h, w)
-        lower = s[:, h//2:]                                                      # rows below the horizon
+    def ray_dist(self, frames: np.ndarray) -> np.ndarray:
+        "Ray distance to the floor edge of the wall (or object) per column, m; NaN if none: (F, w)."
+        frames = self._check(frames)
+        F_, h, w, _ = frames.shape
+        f = (w / 2) / math.tan(math.radians(self.fov) / 2)
+        # saturation, (F, h, w)
+        x = frames.astype(np.float64) / 255
+        s = x.max(-1) - x.min(-1)
+        # rows below the horizon
+        lower = s[:, h // 2 :]
         colored = lower > self.sat_thr
-        last = np.where(colored.any(1), (h - h//2 - 1) - np.argmax(colored[:, ::-1], axis=1), -1)   # lowest coloured row
+        # lowest coloured row
+        last = np.where(colored.any(1), (h - h // 2 - 1) - np.argmax(colored[:, ::-1], axis=1), -1)
         ii = np.clip(last, 1, None)
-        s_i = np.take_along_axis(lower, ii[:, None], 1)[:, 0]; s_up = np.take_along_axis(lower, (ii - 1)[:, None], 1)[:, 0]
-        frac = np.clip(np.where(s_up > 1e-6, s_i/np.maximum(s_up, 1e-6), 1.0), 0, 1)
-        r_bot = h//2 + last + frac                                               # continuous bottom edge row
-        z = np.where(last >= 0, f*EYE/np.maximum(r_bot - h/2, 1e-3), np.nan)
-        z = np.where(last == h - h//2 - 1, f*EYE/(h/2), z)                        # no floor in view: nearer than this bound
-        alpha = np.arctan((np.arange(w) + 0.5 - w/2)/f)
-        return z/np.cos(alpha)[None]
+        s_i = np.take_along_axis(lower, ii[:, None], 1)[:, 0]
+        s_up = np.take_along_axis(lower, (ii - 1)[:, None], 1)[:, 0]
+        frac = np.clip(np.where(s_up > 1e-6, s_i / np.maximum(s_up, 1e-6), 1.0), 0, 1)
+        # continuous bottom edge row
+        r_bot = h // 2 + last + frac
+        z = np.where(last >= 0, f * EYE / np.maximum(r_bot - h / 2, 1e-3), np.nan)
+        # no floor in view: nearer than this bound
+        z = np.where(last == h - h // 2 - 1, f * EYE / (h / 2), z)
+        alpha = np.arctan((np.arange(w) + 0.5 - w / 2) / f)
+        return z / np.cos(alpha)[None]
 
 # %% ../nbs/19_sawbench.ipynb #71c2682e
 @patch
-def trajectory(self:VOGeometryModel, frames:np.ndarray)->np.ndarray:
-    "Dead-reckoned poses (F, 3) from the estimated yaw steps and forward steps, starting at (0, 0, 0)."
-    frames = self._check(frames); F_, h, w, _ = frames.shape; f = (w/2)/math.tan(math.radians(self.fov)/2)
+def trajectory(self: VOGeometryModel, frames: np.ndarray) -> np.ndarray:
+    "Dead-reckoned poses (F, 3) from the estimated yaw and forward steps, starting at (0, 0, 0)."
+    frames = self._check(frames)
+    F_, h, w, _ = frames.shape
+    f = (w / 2) / math.tan(math.radians(self.fov) / 2)
     dyaw = self.yaw_steps(frames) if F_ > 1 else np.zeros(0)
     t = self.ray_dist(frames)
-    alpha = np.degrees(np.arctan((np.arange(w) + 0.5 - w/2)/f))
-    def dist_at(k, ang):                                          # median ray distance within 3 degrees of angle ang
+    alpha = np.degrees(np.arctan((np.arange(w) + 0.5 - w / 2) / f))
+
+    # median ray distance within 3 degrees of angle ang
+    def dist_at(k, ang):
         sel = np.abs(alpha - ang) <= 3.0
-        v = t[k, sel]; v = v[np.isfinite(v)]
+        v = t[k, sel]
+        v = v[np.isfinite(v)]
         return float(np.median(v)) if len(v) else np.nan
+
     P = np.zeros((F_, 3))
     for k in range(F_ - 1):
-        d0, d1 = dist_at(k, 0.0), dist_at(k + 1, dyaw[k])        # the same world bearing in both frames
-        step = np.clip(d0 - d1, 0, 0.75) if (np.isfinite(d0) and np.isfinite(d1) and abs(dyaw[k]) < self.fov/2 - 3) else 0.0
+        # the same world bearing in both frames
+        d0, d1 = dist_at(k, 0.0), dist_at(k + 1, dyaw[k])
+        step = (
+            np.clip(d0 - d1, 0, 0.75)
+            if (np.isfinite(d0) and np.isfinite(d1) and abs(dyaw[k]) < self.fov / 2 - 3)
+            else 0.0
+        )
         yaw = math.radians(P[k, 2])
-        P[k + 1] = P[k, 0] + step*math.cos(yaw), P[k, 1] + step*math.sin(yaw), P[k, 2] + dyaw[k]
+        P[k + 1] = P[k, 0] + step * math.cos(yaw), P[k, 1] + step * math.sin(yaw), P[k, 2] + dyaw[k]
     return P
 
+
 @patch
-def room_fit(self:VOGeometryModel, frames:np.ndarray, P:np.ndarray|None=None)->tuple:
-    "Fit an axis-aligned rectangle to the wall points seen around the observer: (position in it, (W, D))."
-    frames = self._check(frames); F_, h, w, _ = frames.shape; f = (w/2)/math.tan(math.radians(self.fov)/2)
+def room_fit(self: VOGeometryModel, frames: np.ndarray, P: np.ndarray | None = None) -> tuple:
+    "Fit an axis-aligned rectangle to the wall points seen around: (position in it, (W, D))."
+    frames = self._check(frames)
+    F_, h, w, _ = frames.shape
+    f = (w / 2) / math.tan(math.radians(self.fov) / 2)
     P = self.trajectory(frames) if P is None else P
-    t = self.ray_dist(frames); alpha = np.arctan((np.arange(w) + 0.5 - w/2)/f)
-    beta = np.radians(P[:, 2:3]) - alpha[None]                  # (F, w) world bearings
+    t = self.ray_dist(frames)
+    alpha = np.arctan((np.arange(w) + 0.5 - w / 2) / f)
+    beta = np.radians(P[:, 2:3]) - alpha[None]  # (F, w) world bearings
     ok = np.isfinite(t) & (t < 60)
-    pts = np.stack([t[ok]*np.cos(beta[ok]), t[ok]*np.sin(beta[ok])], 1)
-    if len(pts) < 10: return (0.5, 0.5), (1.0, 1.0)
+    pts = np.stack([t[ok] * np.cos(beta[ok]), t[ok] * np.sin(beta[ok])], 1)
+    if len(pts) < 10:
+        return (0.5, 0.5), (1.0, 1.0)
     best = None
     for th in np.radians(np.arange(0, 90, 1.0)):
-        c, s = math.cos(th), math.sin(th); q = pts @ np.array([[c, -s], [s, c]])
-        lo, hi = np.percentile(q, 3, axis=0), np.percentile(q, 97, axis=0); ext = hi - lo
-        tol = 0.06*ext.max()
-        near = (np.abs(q[:, 0] - lo[0]) < tol) | (np.abs(q[:, 0] - hi[0]) < tol) | (np.abs(q[:, 1] - lo[1]) < tol) | (np.abs(q[:, 1] - hi[1]) < tol)
-        if best is None or near.mean() > best[0]: best = (near.mean(), lo, hi)
+        c, s = math.cos(th), math.sin(th)
+        q = pts @ np.array([[c, -s], [s, c]])
+        lo, hi = np.percentile(q, 3, axis=0), np.percentile(q, 97, axis=0)
+        ext = hi - lo
+        tol = 0.06 * ext.max()
+        near = (
+            (np.abs(q[:, 0] - lo[0]) < tol)
+            | (np.abs(q[:, 0] - hi[0]) < tol)
+            | (np.abs(q[:, 1] - lo[1]) < tol)
+            | (np.abs(q[:, 1] - hi[1]) < tol)
+        )
+        if best is None or near.mean() > best[0]:
+            best = (near.mean(), lo, hi)
     _, lo, hi = best
     return (-lo[0], -lo[1]), (hi[0] - lo[0], hi[1] - lo[1])
 
+
 @patch
-def predict(self:VOGeometryModel, item:SAWItem)->int:
-    "Answer from pixels: odometry and labellers for localization, direction, shape and revplan; chance otherwise."
-    if item.task not in TASKS: raise ValueError(f"unknown task key {item.task!r}")
+def predict(self: VOGeometryModel, item: SAWItem) -> int:
+    "Answer from pixels: odometry and labellers for the four geometry tasks; chance otherwise."
+    if item.task not in TASKS:
+        raise ValueError(f"unknown task key {item.task!r}")
     frames = self._check(item.frames)
     lab = None
     if item.task in ("direction", "shape", "revplan"):
         P = self.trajectory(frames)
-        if item.task == "direction": lab = label_direction(P[0], P[-1])
-        elif item.task == "shape": lab = label_shape(P)
+        if item.task == "direction":
+            lab = label_direction(P[0], P[-1])
+        elif item.task == "shape":
+            lab = label_shape(P)
         else:
-            tv = self._cum_turns(P)                                   # the two largest turns, in time order
+            # the two largest turns, in time order
+            tv = self._cum_turns(P)
             if len(tv) >= 2:
                 big = sorted(sorted(range(len(tv)), key=lambda i: -abs(tv[i]))[:2])
                 lab = label_revplan(["L" if tv[i] > 0 else "R" for i in big])
     elif item.task == "localization":
         pos, room = self.room_fit(frames)
-        d = np.sort(_wall_dists(pos, room)); m = min(room)
+        d = np.sort(_wall_dists(pos, room))
+        m = min(room)
         o = np.argsort(_wall_dists(pos, room))
-        lab = "Corner" if (d[1] < 0.25*m and (o[0] - o[1]) % 2 == 1) else "Side" if d[0] < 0.25*m else "Center"
-    if lab in item.options: return item.options.index(lab)
+        lab = (
+            "Corner"
+            if (d[1] < 0.25 * m and (o[0] - o[1]) % 2 == 1)
+            else "Side"
+            if d[0] < 0.25 * m
+            else "Center"
+        )
+    if lab in item.options:
+        return item.options.index(lab)
     return ChanceModel(self.seed).predict(item)
 
+
 @patch
-def _cum_turns(self:VOGeometryModel, P:np.ndarray)->list[float]:
+def _cum_turns(self: VOGeometryModel, P: np.ndarray) -> list[float]:
     "Turn events as runs of same-signed yaw steps larger than 5 degrees, summed."
-    dy = np.diff(P[:, 2]); ev, cur = [], 0.0
+    dy = np.diff(P[:, 2])
+    ev, cur = [], 0.0
     for d in dy:
-        if abs(d) > 5 and (cur == 0 or np.sign(d) == np.sign(cur)): cur += d
+        if abs(d) > 5 and (cur == 0 or np.sign(d) == np.sign(cur)):
+            cur += d
         else:
-            if abs(cur) >= 45: ev.append(cur)
+            if abs(cur) >= 45:
+                ev.append(cur)
             cur = d if abs(d) > 5 else 0.0
-    if abs(cur) >= 45: ev.append(cur)
+    if abs(cur) >= 45:
+        ev.append(cur)
     return ev
 
 # %% ../nbs/19_sawbench.ipynb #cfb4fde9
 class SAWNet(nn.Module):
-    "Per-frame CNN, a video summary (GRU or mean + MLP), projected question and options, an option-scoring MLP."
-    def __init__(self, temporal:str="gru", d_text:int=384, d:int=64, channels:tuple=(16, 32, 32), n_vocab:int=64):
-        super().__init__()
-        if temporal not in ("gru", "mean"): raise ValueError(f"temporal must be 'gru' or 'mean', got {temporal!r}")
-        c1, c2, c3 = channels; self.temporal = temporal
-        self.cnn = nn.Sequential(nn.Conv2d(3, c1, 3, 2, 1), nn.ReLU(), nn.Conv2d(c1, c2, 3, 2, 1), nn.ReLU(),
-                                 nn.Conv2d(c2, c3, 3, 1, 1), nn.ReLU(), nn.AdaptiveAvgPool2d((1, 4)), nn.Flatten(),
-                                 nn.Linear(c3*4, d), nn.ReLU())
-        self.gru = nn.GRU(d, d, batch_first=True) if temporal == "gru" else None
-        self.pool_mlp = nn.Sequential(nn.Linear(d, 160), nn.ReLU(), nn.Linear(160, d)) if temporal == "mean" else None
-        self.txt = nn.Linear(d_text, d)                                     # question projection
-        self.key = nn.Linear(d_text, d)                                     # option keys from their MiniLM vectors
-        self.vocab = nn.Embedding(n_vocab, d)                               # plus a learned vector per known option text
-        nn.init.zeros_(self.vocab.weight)
-        self.head = nn.Sequential(nn.Linear(2*d, 128), nn.ReLU(), nn.Linear(128, d))
+    "Per-frame CNN, a video summary (GRU or mean + MLP), question and options, an option scorer."
 
-    def video(self, frames:torch.Tensor,   # (sum of lengths, 3, h, w) float frames of the batch, concatenated
-              lengths:torch.Tensor,        # (B,) frames per video
-             )->torch.Tensor:              # (B, d) video summaries
+    def __init__(
+        self,
+        temporal: str = "gru",
+        d_text: int = 384,
+        d: int = 64,
+        channels: tuple = (16, 32, 32),
+        n_vocab: int = 64,
+    ):
+        super().__init__()
+        if temporal not in ("gru", "mean"):
+            raise ValueError(f"temporal must be 'gru' or 'mean', got {temporal!r}")
+        sizes = dict(d_text=d_text, d=d, n_vocab=n_vocab, channels=min(channels))
+        if min(sizes.values()) < 1:
+            raise ValueError(f"sizes must be positive, got {sizes}")
+        c1, c2, c3 = channels
+        self.temporal = temporal
+        self.cnn = nn.Sequential(
+            nn.Conv2d(3, c1, 3, 2, 1),
+            nn.ReLU(),
+            nn.Conv2d(c1, c2, 3, 2, 1),
+            nn.ReLU(),
+            nn.Conv2d(c2, c3, 3, 1, 1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d((1, 4)),
+            nn.Flatten(),
+            nn.Linear(c3 * 4, d),
+            nn.ReLU(),
+        )
+        self.gru = nn.GRU(d, d, batch_first=True) if temporal == "gru" else None
+        self.pool_mlp = (
+            nn.Sequential(nn.Linear(d, 160), nn.ReLU(), nn.Linear(160, d))
+            if temporal == "mean"
+            else None
+        )
+        self.txt = nn.Linear(d_text, d)  # question projection
+        # option keys from their MiniLM vectors
+        self.key = nn.Linear(d_text, d)
+        # plus a learned vector per known option text
+        self.vocab = nn.Embedding(n_vocab, d)
+        nn.init.zeros_(self.vocab.weight)
+        self.head = nn.Sequential(nn.Linear(2 * d, 128), nn.ReLU(), nn.Linear(128, d))
+
+    def video(
+        self,
+        frames: torch.Tensor,  # (sum of lengths, 3, h, w) float frames of the batch, concatenated
+        lengths: torch.Tensor,  # (B,) frames per video
+    ) -> torch.Tensor:  # (B, d) video summaries
         "Summarise each video: the GRU's last state, or the MLP of the mean frame feature."
-        phi = self.cnn(frames)                                              # (N, d)
+        phi = self.cnn(frames)  # (N, d)
         B, T = len(lengths), int(lengths.max())
         pad = phi.new_zeros(B, T, phi.shape[1])
         mask = torch.arange(T, device=phi.device)[None] < lengths[:, None]  # (B, T)
         pad[mask] = phi
         if self.gru is not None:
-            out, _ = self.gru(pad)                                          # (B, T, d)
+            out, _ = self.gru(pad)  # (B, T, d)
             return out[torch.arange(B, device=phi.device), lengths - 1]
-        return self.pool_mlp((pad*mask[..., None]).sum(1)/lengths[:, None])
+        return self.pool_mlp((pad * mask[..., None]).sum(1) / lengths[:, None])
 
-    def forward(self, frames, lengths, q:torch.Tensor, o:torch.Tensor, omask:torch.Tensor, oid:torch.Tensor)->torch.Tensor:
-        "Option logits (B, K): q (B, d_text), o (B, K, d_text), omask (B, K) True for real options, oid (B, K) vocabulary ids (0: unknown)."
-        u = self.head(torch.cat([self.video(frames, lengths), self.txt(q)], -1))   # (B, d) what the answer should look like
-        k = self.key(o) + self.vocab(oid)                                           # (B, K, d) option keys
+    def forward(
+        self,
+        frames,
+        lengths,
+        q: torch.Tensor,
+        o: torch.Tensor,
+        omask: torch.Tensor,
+        oid: torch.Tensor,
+    ) -> torch.Tensor:
+        "Option logits (B, K) from q (B, d_text), o (B, K, d_text), omask (B, K), oid (B, K)."
+        # (B, d) what the answer should look like
+        u = self.head(torch.cat([self.video(frames, lengths), self.txt(q)], -1))
+        # (B, K, d) option keys
+        k = self.key(o) + self.vocab(oid)
         return torch.einsum("bd,bkd->bk", u, k).masked_fill(~omask, float("-inf"))
 
 # %% ../nbs/19_sawbench.ipynb #e25b390e
 _TEXT_CACHE: dict = {}
-_FRAME_CACHE: dict = {}                                              # (key, frame shape, pool) -> pooled frames
+# (key, frame shape, pool) -> pooled frames
+_FRAME_CACHE: dict = {}
 
-def text_vectors(texts:Sequence[str], embed:Callable|None=None)->dict:
+
+def text_vectors(texts: Sequence[str], embed: Callable | None = None) -> dict:
     "MiniLM vectors of `texts`, cached across models (`embed(list) -> (n, d)` replaces MiniLM)."
     embed = embed or (lambda xs: embed_texts(xs, device="cpu"))
     new = sorted({t for t in texts if t not in _TEXT_CACHE})
-    if new: _TEXT_CACHE.update(zip(new, np.asarray(embed(new), np.float32)))
+    if new:
+        _TEXT_CACHE.update(zip(new, np.asarray(embed(new), np.float32)))
     return {t: _TEXT_CACHE[t] for t in texts}
 
+
 class VideoQAModel:
-    "A trainable SAWNet with its data pipeline: `fit(train_items)`, then `predict(item)` or `predict_batch(items)`."
-    temporal = "gru"; name = "video model"
-    def __init__(self, seed:int=0, pool:int=2, device:str="cpu", lr:float=2e-3, embed:Callable|None=None, n_vocab:int=64):
-        if pool < 1: raise ValueError(f"pool must be >= 1, got {pool}")
-        self.seed, self.pool, self.device, self.lr, self.embed = seed, pool, torch.device(device), lr, embed
+    "A trainable SAWNet with its data pipeline: `fit(items)`, then `predict` or `predict_batch`."
+
+    temporal = "gru"
+    name = "video model"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        pool: int = 2,
+        device: str = "cpu",
+        lr: float = 2e-3,
+        embed: Callable | None = None,
+        n_vocab: int = 64,
+    ):
+        if pool < 1:
+            raise ValueError(f"pool must be >= 1, got {pool}")
+        self.seed, self.pool, self.device, self.lr, self.embed = (
+            seed,
+            pool,
+            torch.device(device),
+            lr,
+            embed,
+        )
         torch.manual_seed(seed)
-        self.net = SAWNet(self.temporal, n_vocab=n_vocab).to(self.device); self.losses = []; self.vocab = {}
+        self.net = SAWNet(self.temporal, n_vocab=n_vocab).to(self.device)
+        self.losses = []
+        self.vocab = {}
 
     def _frames(self, it):
-        if it.frames is None or len(it.frames) == 0: raise ValueError(f"item {it.key} has no frames")
+        if it.frames is None or len(it.frames) == 0:
+            raise ValueError(f"item {it.key} has no frames")
         ck = (it.key, it.frames.shape, self.pool)
-        if ck not in _FRAME_CACHE:                                   # pooled frames, kept in half precision across models
-            x = torch.as_tensor(it.frames).permute(0, 3, 1, 2).float()/255 - 0.5
+        # pooled frames, kept in half precision across models
+        if ck not in _FRAME_CACHE:
+            x = torch.as_tensor(it.frames).permute(0, 3, 1, 2).float() / 255 - 0.5
             _FRAME_CACHE[ck] = (F.avg_pool2d(x, self.pool) if self.pool > 1 else x).half()
         return _FRAME_CACHE[ck].float()
 
     def _batch(self, items):
-        tv = text_vectors([it.question for it in items] + [o for it in items for o in it.options], self.embed)
+        tv = text_vectors(
+            [it.question for it in items] + [o for it in items for o in it.options], self.embed
+        )
         K = max(len(it.options) for it in items)
         fr = torch.cat([self._frames(it) for it in items]).to(self.device)
         lengths = torch.tensor([len(it.frames) for it in items], device=self.device)
         q = torch.tensor(np.stack([tv[it.question] for it in items]), device=self.device)
-        o = torch.zeros(len(items), K, q.shape[1], device=self.device); m = torch.zeros(len(items), K, dtype=torch.bool, device=self.device)
+        o = torch.zeros(len(items), K, q.shape[1], device=self.device)
+        m = torch.zeros(len(items), K, dtype=torch.bool, device=self.device)
         oid = torch.zeros(len(items), K, dtype=torch.long, device=self.device)
         for i, it in enumerate(items):
-            o[i, :len(it.options)] = torch.tensor(np.stack([tv[x] for x in it.options])); m[i, :len(it.options)] = True
-            oid[i, :len(it.options)] = torch.tensor([self.vocab.get(x, 0) for x in it.options])
+            o[i, : len(it.options)] = torch.tensor(np.stack([tv[x] for x in it.options]))
+            m[i, : len(it.options)] = True
+            oid[i, : len(it.options)] = torch.tensor([self.vocab.get(x, 0) for x in it.options])
         return fr, lengths, q, o, m, oid
 
-    def fit(self, items:Sequence[SAWItem], steps:int=1000, batch:int=32, show_progress:bool=False)->"VideoQAModel":
-        "Train with AdamW on random minibatches of `items` (softmax cross-entropy over the options)."
-        if steps < 1 or batch < 1: raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
-        for x in sorted({o for it in items for o in it.options}):          # the answer vocabulary of the train split
-            if x not in self.vocab and len(self.vocab) < self.net.vocab.num_embeddings - 1: self.vocab[x] = len(self.vocab) + 1
+    def fit(
+        self,
+        items: Sequence[SAWItem],
+        steps: int = 1000,
+        batch: int = 32,
+        show_progress: bool = False,
+    ) -> "VideoQAModel":
+        "Train with AdamW on random minibatches of `items` (cross-entropy over the options)."
+        if steps < 1 or batch < 1:
+            raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
+        # the answer vocabulary of the train split
+        for x in sorted({o for it in items for o in it.options}):
+            if x not in self.vocab and len(self.vocab) < self.net.vocab.num_embeddings - 1:
+                self.vocab[x] = len(self.vocab) + 1
         opt = torch.optim.AdamW(self.net.parameters(), lr=self.lr, weight_decay=1e-4)
         g = torch.Generator().manual_seed(self.seed)
         self.net.train()
-        for step in (progress(range(steps), desc=self.name) if show_progress else range(steps)):
+        for step in progress(range(steps), desc=self.name) if show_progress else range(steps):
             idx = torch.randint(len(items), (batch,), generator=g).tolist()
             y = torch.tensor([items[i].answer for i in idx], device=self.device)
             loss = F.cross_entropy(self.net(*self._batch([items[i] for i in idx])), y)
-            opt.zero_grad(); loss.backward(); opt.step(); self.losses.append(loss.item())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            self.losses.append(loss.item())
         return self
 
     @torch.no_grad()
-    def predict_batch(self, items:Sequence[SAWItem], batch:int=64)->list[int]:
+    def predict_batch(self, items: Sequence[SAWItem], batch: int = 64) -> list[int]:
         "Option indices for many items."
-        self.net.eval(); out = []
+        self.net.eval()
+        out = []
         for i in range(0, len(items), batch):
-            out += self.net(*self._batch(items[i:i + batch])).argmax(1).tolist()
+            out += self.net(*self._batch(items[i : i + batch])).argmax(1).tolist()
         return out
 
-    def predict(self, item:SAWItem)->int: return self.predict_batch([item])[0]
+    def predict(self, item: SAWItem) -> int:
+        return self.predict_batch([item])[0]
+
 
 class VideoGRUModel(VideoQAModel):
     "CNN + GRU over the frames in order: can integrate camera motion."
+
     temporal, name = "gru", "VideoGRU"
+
 
 class BagOfFramesModel(VideoQAModel):
     "CNN features mean-pooled over frames (order-free), then an MLP: the partial-cues model."
+
     temporal, name = "mean", "BagOfFrames"
 
 # %% ../nbs/19_sawbench.ipynb #b52eaee6
-def evaluate(model,                    # anything with predict(item) (and optionally predict_batch(items))
-             items:Sequence[SAWItem],  # the questions
-             name:str|None=None,       # the model's label in the table; default model.name
-            )->pd.DataFrame:           # one row per item
+def evaluate(
+    model,  # anything with predict(item) (and optionally predict_batch(items))
+    items: Sequence[SAWItem],  # the questions
+    name: str | None = None,  # the model's label in the table; default model.name
+) -> pd.DataFrame:  # one row per item
     "Per-item correctness of `model` on `items`, with task and scene category."
-    if len(items) == 0: raise ValueError("no items to evaluate")
+    if len(items) == 0:
+        raise ValueError("no items to evaluate")
     bad = sorted({it.task for it in items} - set(TASKS))
-    if bad: raise ValueError(f"unknown task keys {bad}; use {TASKS}")
-    preds = model.predict_batch(items) if hasattr(model, "predict_batch") else [model.predict(it) for it in items]
-    return pd.DataFrame(dict(model=name or getattr(model, "name", type(model).__name__), id=[it.id for it in items],
-                             key=[it.key for it in items], task=[it.task for it in items],
-                             scene_category=[it.scene_category for it in items], answer=[it.answer for it in items],
-                             pred=preds, n_options=[len(it.options) for it in items],
-                             correct=[int(p == it.answer) for p, it in zip(preds, items)]))
+    if bad:
+        raise ValueError(f"unknown task keys {bad}; use {TASKS}")
+    preds = (
+        model.predict_batch(items)
+        if hasattr(model, "predict_batch")
+        else [model.predict(it) for it in items]
+    )
+    return pd.DataFrame(
+        dict(
+            model=name or getattr(model, "name", type(model).__name__),
+            id=[it.id for it in items],
+            key=[it.key for it in items],
+            task=[it.task for it in items],
+            scene_category=[it.scene_category for it in items],
+            answer=[it.answer for it in items],
+            pred=preds,
+            n_options=[len(it.options) for it in items],
+            correct=[int(p == it.answer) for p, it in zip(preds, items)],
+        )
+    )
 
-def summarize(df:pd.DataFrame)->pd.DataFrame:
-    "Accuracy per task, micro and macro overall, indoor and outdoor, per model; plus the chance row."
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    "Accuracy per task, micro and macro overall, indoor and outdoor, per model; and chance."
     rows = {}
-    for name, d in list(df.groupby("model", sort=False)) + [("chance (expected)", df.drop_duplicates(["key"]).assign(correct=lambda x: 1/x.n_options))]:
+    for name, d in list(df.groupby("model", sort=False)) + [
+        ("chance (expected)", df.drop_duplicates(["key"]).assign(correct=lambda x: 1 / x.n_options))
+    ]:
         per = d.groupby("task").correct.mean()
         r = {t: per.get(t, np.nan) for t in TASKS}
-        r |= {"micro": d.correct.mean(), "macro": per.mean(),
-              "indoor": d[d.scene_category == "indoor"].correct.mean(), "outdoor": d[d.scene_category == "outdoor"].correct.mean(), "n": len(d)}
+        r |= {
+            "micro": d.correct.mean(),
+            "macro": per.mean(),
+            "indoor": d[d.scene_category == "indoor"].correct.mean(),
+            "outdoor": d[d.scene_category == "outdoor"].correct.mean(),
+            "n": len(d),
+        }
         rows[name] = r
     return pd.DataFrame(rows).T
 
 # %% ../nbs/19_sawbench.ipynb #b6b6aa04
-def parse_answer(text:str|None,        # a model's free-text reply
-                 options:Sequence[str],# the item's options, in the order shown as A, B, C, ...
-                )->int|None:           # the option index, or None when unparsed or ambiguous
+def parse_answer(
+    text: str | None,  # a model's free-text reply
+    options: Sequence[str],  # the item's options, in the order shown as A, B, C, ...
+) -> int | None:  # the option index, or None when unparsed or ambiguous
     "Map a free-text answer to an option index; ambiguous or unparseable text gives None."
-    if text is None or not str(text).strip(): return None
-    t, letters = str(text).strip(), "ABCDEFGHIJ"[:len(options)]
+    if text is None or not str(text).strip():
+        return None
+    t, letters = str(text).strip(), "ABCDEFGHIJ"[: len(options)]
     m = re.fullmatch(r"\(?([A-Za-z])\)?[.:)]?", t)
-    if m: return letters.index(m.group(1).upper()) if m.group(1).upper() in letters else None
-    found = {m.group(1).upper() for m in re.finditer(r"(?:answer|option|choice)\s*(?:is|:)?\s*[:\-]?\s*\(?([A-Za-z])\)?(?=[\s.,;:)]|$)", t, re.I)}
+    if m:
+        return letters.index(m.group(1).upper()) if m.group(1).upper() in letters else None
+    found = {
+        m.group(1).upper()
+        for m in re.finditer(
+            r"(?:answer|option|choice)\s*(?:is|:)?\s*[:\-]?\s*\(?([A-Za-z])\)?(?=[\s.,;:)]|$)",
+            t,
+            re.I,
+        )
+    }
     found |= {m.group(1).upper() for m in re.finditer(r"(?:^|\s)\(([A-Za-z])\)(?=[\s.,;:]|$)", t)}
     found = {x for x in found if x in letters}
-    if len(found) == 1: return letters.index(found.pop())
-    if len(found) > 1: return None
+    if len(found) == 1:
+        return letters.index(found.pop())
+    if len(found) > 1:
+        return None
     tl = re.sub(r"\s+", " ", t.lower())
-    hits = [i for i, o in enumerate(options) if re.search(r"(?<![a-z])" + re.escape(o.lower().rstrip(".")) + r"(?![a-z])", tl)]
-    hits = [i for i in hits if not any(j != i and options[i].lower() in options[j].lower() for j in hits)]
+    hits = [
+        i
+        for i, o in enumerate(options)
+        if re.search(r"(?<![a-z])" + re.escape(o.lower().rstrip(".")) + r"(?![a-z])", tl)
+    ]
+    hits = [
+        i
+        for i in hits
+        if not any(j != i and options[i].lower() in options[j].lower() for j in hits)
+    ]
     return hits[0] if len(hits) == 1 else None
 
-def format_prompt(item:SAWItem)->str:
+
+def format_prompt(item: SAWItem) -> str:
     "The question with lettered options, as a video MFM would get it."
-    return item.question + "\n" + "\n".join(f"{'ABCDEFGHIJ'[i]}. {o}" for i, o in enumerate(item.options)) + "\nAnswer with the option's letter."
+    return (
+        item.question
+        + "\n"
+        + "\n".join(f"{'ABCDEFGHIJ'[i]}. {o}" for i, o in enumerate(item.options))
+        + "\nAnswer with the option's letter."
+    )
 
 # %% ../nbs/19_sawbench.ipynb #269c66a3
 REQUIRED_COLUMNS = ("question", "options", "answer", "task", "key", "scene_category")
 
-def load_sawbench(root:str|Path,                 # a folder with the benchmark's QA files, or one file
-                  qa_glob:str="**/*.parquet",     # which files to read under root (parquet, .json or .jsonl)
-                  video_pattern:str="{root}/videos/{key}.mp4", # where each item's video lies
-                 )->list[SAWItem]:
+
+def load_sawbench(
+    data_dir: str | Path,  # a folder with the benchmark's QA files, or one file
+    qa_glob: str = "**/*.parquet",  # which files to read under data_dir (parquet, .json or .jsonl)
+    video_pattern: str = "{data_dir}/videos/{key}.mp4",  # where each item's video lies
+) -> list[SAWItem]:
     "Read the real SAW-Bench questions; frames stay None until `load_frames(item)`."
-    root = Path(root).expanduser()
-    if not root.exists(): raise FileNotFoundError(f"{str(root)!r} does not exist; pass the folder holding the SAW-Bench parquet or json files")
-    files = [root] if root.is_file() else sorted(root.glob(qa_glob)) or sorted(root.glob("**/*.json*"))
-    if not files: raise FileNotFoundError(f"no QA files matching {qa_glob!r} (or **/*.json*) under {str(root)!r}")
-    dfs = [pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_json(f, lines=f.suffix == ".jsonl") for f in files]
+    root = Path(data_dir).expanduser()
+    if not root.exists():
+        raise FileNotFoundError(
+            f"{str(root)!r} does not exist; "
+            "pass the folder holding the SAW-Bench parquet or json files"
+        )
+    files = (
+        [root] if root.is_file() else sorted(root.glob(qa_glob)) or sorted(root.glob("**/*.json*"))
+    )
+    if not files:
+        raise FileNotFoundError(
+            f"no QA files matching {qa_glob!r} (or **/*.json*) under {str(root)!r}"
+        )
+    dfs = [
+        pd.read_parquet(f)
+        if f.suffix == ".parquet"
+        else pd.read_json(f, lines=f.suffix == ".jsonl")
+        for f in files
+    ]
     df = pd.concat(dfs, ignore_index=True)
     miss = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if miss: raise ValueError(f"missing required columns {miss}; the QA files need {REQUIRED_COLUMNS} (found {list(df.columns)})")
+    if miss:
+        raise ValueError(
+            f"missing required columns {miss}; the QA files need {REQUIRED_COLUMNS} "
+            f"(found {list(df.columns)})"
+        )
     bad = sorted(set(df.task) - set(TASKS))
-    if bad: raise ValueError(f"unknown task keys {bad}; expected {TASKS}")
+    if bad:
+        raise ValueError(f"unknown task keys {bad}; expected {TASKS}")
     items = []
     for i, r in enumerate(df.itertuples(index=False)):
         opts = [str(o) for o in list(r.options)]
         a = int(r.answer)
-        if not 0 <= a < len(opts): raise ValueError(f"row {i}: answer {a} is not an index into its {len(opts)} options")
+        if not 0 <= a < len(opts):
+            raise ValueError(f"row {i}: answer {a} is not an index into its {len(opts)} options")
         gt = getattr(r, "ground_truth", None) or opts[a]
-        vid = video_pattern.format(root=str(root if root.is_dir() else root.parent), key=r.key)
-        items.append(SAWItem(int(getattr(r, "id", i)), str(r.key), str(r.task), str(r.scene_category), str(r.question), opts, a, str(gt),
-                             None, dict(video_path=vid)))
+        vid = video_pattern.format(data_dir=str(root if root.is_dir() else root.parent), key=r.key)
+        items.append(
+            SAWItem(
+                int(getattr(r, "id", i)),
+                str(r.key),
+                str(r.task),
+                str(r.scene_category),
+                str(r.question),
+                opts,
+                a,
+                str(gt),
+                None,
+                dict(video_path=vid),
+            )
+        )
     return items
 
-def load_frames(item:SAWItem, fps:float=2.0, max_frames:int|None=None)->np.ndarray:
-    "Decode the item's video at `fps` into (F, h, w, 3) uint8 (decord, PyAV or OpenCV, whichever is installed)."
+
+def load_frames(item: SAWItem, fps: float = 2.0, max_frames: int | None = None) -> np.ndarray:
+    "Decode the item's video at `fps` into (F, h, w, 3) uint8 (with decord, PyAV or OpenCV)."
     path = Path(item.meta.get("video_path", ""))
-    if not path.exists(): raise FileNotFoundError(f"video {str(path)!r} not found; set video_pattern in load_sawbench")
+    if not path.exists():
+        raise FileNotFoundError(
+            f"video {str(path)!r} not found; set video_pattern in load_sawbench"
+        )
     try:
         import decord
-        vr = decord.VideoReader(str(path)); step = max(1, round(vr.get_avg_fps()/fps))
+
+        vr = decord.VideoReader(str(path))
+        step = max(1, round(vr.get_avg_fps() / fps))
         fr = vr.get_batch(list(range(0, len(vr), step))).asnumpy()
     except ImportError:
         try:
             import av
+
             with av.open(str(path)) as c:
-                s = c.streams.video[0]; step = max(1, round(float(s.average_rate)/fps))
-                fr = np.stack([f.to_ndarray(format="rgb24") for i, f in enumerate(c.decode(s)) if i % step == 0])
+                s = c.streams.video[0]
+                step = max(1, round(float(s.average_rate) / fps))
+                fr = np.stack(
+                    [
+                        f.to_ndarray(format="rgb24")
+                        for i, f in enumerate(c.decode(s))
+                        if i % step == 0
+                    ]
+                )
         except ImportError:
-            try: import cv2
-            except ImportError: raise ImportError("decoding video needs decord, av (PyAV) or opencv-python; install one") from None
-            cap = cv2.VideoCapture(str(path)); step = max(1, round(cap.get(cv2.CAP_PROP_FPS)/fps)); out, i = [], 0
+            try:
+                import cv2
+            except ImportError:
+                raise ImportError(
+                    "decoding video needs decord, av (PyAV) or opencv-python; install one"
+                ) from None
+            cap = cv2.VideoCapture(str(path))
+            step = max(1, round(cap.get(cv2.CAP_PROP_FPS) / fps))
+            out, i = [], 0
             while True:
                 ok, f = cap.read()
-                if not ok: break
-                if i % step == 0: out.append(f[..., ::-1])
+                if not ok:
+                    break
+                if i % step == 0:
+                    out.append(f[..., ::-1])
                 i += 1
             fr = np.stack(out)
     return fr[:max_frames] if max_frames else fr
 
-def score_answers(items:Sequence[SAWItem],  # the benchmark's items
-                  answers:dict,              # item id -> the model's free-text reply
-                  name:str="user model")->pd.DataFrame:
-    "Per-item table of a model's free-text answers through `parse_answer`; unanswered or unparsed count as wrong."
+
+def score_answers(
+    items: Sequence[SAWItem],  # the benchmark's items
+    answers: dict,  # item id -> the model's free-text reply
+    name: str = "user model",
+) -> pd.DataFrame:
+    "Per-item table of free-text answers through `parse_answer`; unanswered or unparsed are wrong."
     preds = [parse_answer(answers.get(it.id), it.options) for it in items]
-    df = pd.DataFrame(dict(model=name, id=[it.id for it in items], key=[it.key for it in items], task=[it.task for it in items],
-                           scene_category=[it.scene_category for it in items], answer=[it.answer for it in items],
-                           pred=[-1 if p is None else p for p in preds], n_options=[len(it.options) for it in items]))
-    df["parsed"] = [p is not None for p in preds]; df["correct"] = (df.pred == df.answer).astype(int)
+    df = pd.DataFrame(
+        dict(
+            model=name,
+            id=[it.id for it in items],
+            key=[it.key for it in items],
+            task=[it.task for it in items],
+            scene_category=[it.scene_category for it in items],
+            answer=[it.answer for it in items],
+            pred=[-1 if p is None else p for p in preds],
+            n_options=[len(it.options) for it in items],
+        )
+    )
+    df["parsed"] = [p is not None for p in preds]
+    df["correct"] = (df.pred == df.answer).astype(int)
     return df
 
-PAPER_OVERALL = {"Human": 91.55, "Gemini 3 Flash (91.55 - 37.66)": 53.89, "Qwen3-VL 235B-A22B": 41.40, "Qwen2.5-VL 32B": 36.46,
-                 "Qwen3-VL 8B": 36.12, "LLaVA-OneVision 72B": 33.70}   # spec section 3 (abstract + a secondary news write-up)
 
-def compare_to_paper(summary:pd.DataFrame, label:str="ours")->pd.DataFrame:
-    "Our overall accuracies (%) next to the paper's overall numbers, each row labelled by its source."
-    ours = pd.DataFrame({"overall micro (%)": 100*summary["micro"], "overall macro (%)": 100*summary["macro"], "source": label})
-    paper = pd.DataFrame({"overall micro (%)": pd.Series(PAPER_OVERALL), "overall macro (%)": np.nan, "source": "paper (real SAW-Bench)"})
+# spec section 3 (abstract + a secondary news write-up)
+PAPER_OVERALL = {
+    "Human": 91.55,
+    "Gemini 3 Flash (91.55 - 37.66)": 53.89,
+    "Qwen3-VL 235B-A22B": 41.40,
+    "Qwen2.5-VL 32B": 36.46,
+    "Qwen3-VL 8B": 36.12,
+    "LLaVA-OneVision 72B": 33.70,
+}
+
+
+def compare_to_paper(summary: pd.DataFrame, label: str = "ours") -> pd.DataFrame:
+    "Our overall accuracies (%) next to the paper's, each row labelled by its source."
+    ours = pd.DataFrame(
+        {
+            "overall micro (%)": 100 * summary["micro"],
+            "overall macro (%)": 100 * summary["macro"],
+            "source": label,
+        }
+    )
+    paper = pd.DataFrame(
+        {
+            "overall micro (%)": pd.Series(PAPER_OVERALL),
+            "overall macro (%)": np.nan,
+            "source": "paper (real SAW-Bench)",
+        }
+    )
     return pd.concat([paper, ours])

@@ -11,7 +11,7 @@ from maspob_etal.sawbench import (
     DIR_LABELS, EYE, LOC_LABELS, REVPLAN_LABELS, REVPLAN_TEMPLATE, SHAPE_LABELS, TASKS, BagOfFramesModel, BlindPriorModel,
     ChanceModel, OraclePoseModel, SAWItem, SAWNet, SAWObject, Scene, VideoGRUModel, VOGeometryModel, evaluate, execute_instructions,
     frame_index, label_affordance, label_direction, label_localization, label_revplan, label_shape, load_sawbench, make_item,
-    make_split, parse_answer, render_frames, score_answers, simulate, summarize)
+    make_scene, make_split, parse_answer, render_frames, score_answers, simulate, summarize)
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent  # noqa: E402
@@ -204,6 +204,13 @@ def test_bad_input():
     with pytest.raises(ValueError, match="frames=None"): VOGeometryModel().predict(SAWItem(**{**it.__dict__, "frames": None}))
     with pytest.raises(ValueError, match="temporal must be"): SAWNet("lstm")
     with pytest.raises(ValueError, match="steps and batch"): VideoGRUModel(seed=0).fit([it], steps=0)
+
+
+def test_bad_sizes_say_what_to_fix():
+    with pytest.raises(ValueError, match="image size must be positive"): render_frames(ROOM, np.zeros((2, 3)), w=0, h=48)
+    with pytest.raises(ValueError, match="item counts must be >= 0"): make_split("train", {"shape": -3})
+    with pytest.raises(ValueError, match="sizes must be positive"): SAWNet("gru", d=0)
+    with pytest.raises(ValueError, match="n_objects must be >= 0"): make_scene(np.random.default_rng(0), n_objects=-1)
 
 
 def test_bag_of_frames_order_free_gru_not():
