@@ -437,3 +437,12 @@ b = SyntheticMAS(emb, WORKFLOW_TOPOLOGIES["MATH"], gamma=1.0, seed=0)
 kw = dict(epochs=15, patience=5, hidden=32, heads=4, n_pretrain=4)
 result = [synthetic_trial(m, b, emb, 6, seed=1, gp_restarts=0, **kw)["curve"] for m in ("maspob", "mlp", "gp_ucb")]
 """)
+
+
+def test_scores_outside_the_score_range_are_refused_not_saturated():
+    m, X = WorkflowMLP(8, 3, hidden=4, heads=2), torch.randn(4, 3, 8)
+    with pytest.raises(ValueError, match=r"score_range=\(0, 100\)"):
+        fit_surrogate(m, X, torch.tensor([12.0, 55.0, 80.0, 99.0]), max_epochs=2)     # a 0-100 objective, default range
+    m100 = WorkflowMLP(8, 3, hidden=4, heads=2, score_range=(0, 100))
+    fit_surrogate(m100, X, torch.tensor([12.0, 55.0, 80.0, 99.0]), max_epochs=2)      # covered: trains
+    fit_surrogate(m, X, torch.tensor([0.0, 0.5, 1.0, 1.0]), max_epochs=2)             # the ends of the range are inside
