@@ -622,10 +622,11 @@ def fit_surrogate(
     if max_epochs < 1 or patience < 1:
         raise ValueError(f"max_epochs and patience must be >= 1, got {max_epochs}, {patience}")
     lo, hi = model.score_range; tol = 1e-9*(hi - lo)
-    if len(y) and (float(y.min()) < lo - tol or float(y.max()) > hi + tol):   # the sigmoid head would saturate
+    y_lo, y_hi = (float(y.min()), float(y.max())) if len(y) else (lo, hi)
+    if y_lo < lo - tol or y_hi > hi + tol:                  # the sigmoid head would saturate silently
         raise ValueError(
-            f"scores span [{float(y.min()):g}, {float(y.max()):g}] but the surrogate's score_range is ({lo:g}, {hi:g}):"
-            " pass a score_range that covers your objective, e.g. score_range=(0, 100) for percentages"
+            f"scores span [{y_lo:g}, {y_hi:g}] but the surrogate's score_range is ({lo:g}, {hi:g}): pass"
+            " a score_range that covers your objective, e.g. score_range=(0, 100) for percentages"
         )
     p0 = next(model.parameters()); X, t = X.to(p0.device), model.scale_score(y.to(p0.device))
     devs = [p0.device.index or 0] if p0.device.type == "cuda" else []
