@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 
-from .core import progress
+from .core import parallel_map, progress
 
 # %% auto #0
 __all__ = ['QUANTIZERS', 'check_group_size', 'group_stats', 'hard_ternary', 'modulation', 'modulate', 'soft_ternary', 'sharpness',
@@ -1128,11 +1128,7 @@ def run_seeds(
             run_seed(bed, t["calib_ids"], t["runs"], t["batch_size"])
             for t in progress(tasks, desc="seeds")
         ]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from maspob_etal.catq import _seed_task as worker  # spawned workers need the installed function
-    with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=mp.get_context("spawn")) as ex:
-        futs = [ex.submit(worker, t) for t in tasks]
-        for _ in progress(as_completed(futs), total=len(futs), desc="seeds"): pass
-        return [f.result() for f in futs]
+    # the installed function: a worker keeps its loaded testbed in the module's cache between tasks
+    from maspob_etal.catq import _seed_task as worker
+    return parallel_map(worker, [(t,) for t in tasks], n_jobs=n_jobs, threads=1, desc="seeds")
 

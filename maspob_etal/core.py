@@ -38,7 +38,8 @@ def require(extra:str,   # the extra that installs them, a key of EXTRAS
 
 # %% auto #0
 __all__ = ['torch', 'EXTRAS', 'SCALES', 'require', 'check_scale', 'scale_at_least', 'pick', 'get_device', 'seed_everything',
-           'progress_enabled', 'progress', 'Timer', 'cpu_threads', 'interactive_session', 'explorer']
+           'progress_enabled', 'progress', 'Timer', 'cpu_threads', 'parallel_map', 'worker_pool', 'interactive_session',
+           'explorer']
 
 # %% ../nbs/00_core.ipynb #96111ec4
 SCALES = ("smoke", "full", "gpu")
@@ -146,6 +147,54 @@ def cpu_threads(n:int, # torch intra-op threads (and BLAS threads for NumPy) ins
     try:
         with threadpool_limits(n): yield
     finally: torch.set_num_threads(old)
+
+# %% ../nbs/00_core.ipynb #aa62de25
+def _call(fn, task):
+    "fn(**task) for a dict, fn(*task) for a tuple, else fn(task)."
+    if isinstance(task, dict): return fn(**task)
+    if isinstance(task, tuple): return fn(*task)
+    return fn(task)
+
+def _call_with_threads(fn, task, threads):
+    "`_call` with `threads` torch and BLAS threads (the worker side of `parallel_map`)."
+    with cpu_threads(threads): return _call(fn, task)
+
+def parallel_map(fn,                  # the work of one task (a module-level function, or any picklable callable)
+                 tasks:Iterable,      # one item per call: a dict is passed as keywords, a tuple as positional arguments, anything else as the one argument
+                 n_jobs:int=1,        # worker processes (joblib, loky); 1 runs every task here, in order
+                 threads:int|None=None, # torch and BLAS threads per task (None: 1 in a worker, unchanged here)
+                 desc:str|None=None,  # progress-bar label
+                 show_progress:bool=True, # a bar over finished tasks (also silenced by MASPOB_PROGRESS=0)
+                )->list:              # fn's result for each task, in task order
+    "Call `fn` on every task, here or in `n_jobs` joblib worker processes; the results, in task order, do not depend on `n_jobs`."
+    tasks = list(tasks)
+    if not isinstance(n_jobs, (int, np.integer)) or n_jobs < 1:
+        raise ValueError(f"n_jobs must be a positive integer (1 runs here), got {n_jobs!r}")
+    if threads is not None and (not isinstance(threads, (int, np.integer)) or threads < 1):
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    bar = dict(desc=desc, total=len(tasks)) if show_progress else dict(disable=True)
+    if n_jobs == 1 or len(tasks) <= 1:
+        if threads is None: return [_call(fn, t) for t in progress(tasks, **bar)]
+        return [_call_with_threads(fn, t, int(threads)) for t in progress(tasks, **bar)]
+    from joblib import Parallel, delayed
+    run = Parallel(n_jobs=min(int(n_jobs), len(tasks)), backend="loky", return_as="generator", batch_size=1)
+    res = run(delayed(_call_with_threads)(fn, t, int(threads or 1)) for t in tasks)
+    return list(progress(res, **bar))
+
+def _init_worker(threads):
+    "Set a new worker's torch and BLAS thread counts (the initializer of `worker_pool`)."
+    from threadpoolctl import threadpool_limits
+    torch.set_num_threads(threads); threadpool_limits(threads)
+
+def worker_pool(n_jobs:int,     # worker processes
+                threads:int=1,  # torch and BLAS threads in each worker
+               ):
+    ("A `concurrent.futures` executor of joblib's process pool (loky), for work that overlaps with this process "
+     "(`submit`, then `result()` later); `parallel_map` covers the common case. Shut it down when done.")
+    if not isinstance(n_jobs, (int, np.integer)) or n_jobs < 1:
+        raise ValueError(f"n_jobs must be a positive integer, got {n_jobs!r}")
+    from joblib.externals.loky import ProcessPoolExecutor
+    return ProcessPoolExecutor(max_workers=int(n_jobs), initializer=_init_worker, initargs=(int(threads),))
 
 # %% ../nbs/00_core.ipynb #553d990c
 def interactive_session()->bool:

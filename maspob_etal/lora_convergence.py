@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import progress
+from .core import parallel_map, progress
 
 # %% auto #0
 __all__ = ['DESCENT_CONSTANTS', 'SCHEDULES', 'INITS', 'stack', 'unstack', 'extraction', 'lora_product', 'J_and_grad',
@@ -1054,11 +1054,9 @@ def run_llm_tasks(
         if model is None:
             raise ValueError("pass model= to run the tasks in this process (n_jobs = 1)")
         return [lora_sgd_arms(model, **r) for r in progress(runs, desc="LLM tasks", **bar)]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    # spawned workers need the installed function
+    # the installed function: a worker keeps its loaded model in the module's cache between tasks
     from maspob_etal.lora_convergence import _llm_worker as worker
     layers = None if layers is None else [int(i) for i in layers]
-    tasks = [dict(model_path=model_path, layers=layers, rank=rank, run=r) for r in runs]
-    with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=mp.get_context("spawn")) as ex:
-        return list(progress(ex.map(worker, tasks), total=len(tasks), desc="LLM tasks", **bar))
+    tasks = [(dict(model_path=model_path, layers=layers, rank=rank, run=r),) for r in runs]
+    return parallel_map(worker, tasks, n_jobs=n_jobs, threads=1, desc="LLM tasks",
+                        show_progress=show_progress)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .core import progress, require, seed_everything
+from .core import parallel_map, progress, require, seed_everything
 require("gnn", "torch_geometric")
 from torch_geometric.nn import GATv2Conv
 
@@ -1496,21 +1496,10 @@ def synthetic_trial(
         epochs=[f["epochs"] for f in h.fits],
     )
 
-def _threads_call(fn, threads, kw):
-    "Call `fn(**kw)` with torch limited to `threads` threads, restoring the setting afterwards."
-    old = torch.get_num_threads(); torch.set_num_threads(threads)
-    try: return fn(**kw)
-    finally: torch.set_num_threads(old)
-
 def run_trials(fn:Callable,           # the trial, called as fn(**task)
                tasks:Sequence[dict],  # keyword arguments of every trial
                n_jobs:int=1,          # worker processes (joblib); 1 runs in this process
                threads:int=1,         # torch threads per trial (tiny networks run fastest on one)
                desc:str="trials")->list:
     "Run every task, sequentially or in `n_jobs` worker processes; results in task order."
-    if n_jobs == 1: return [_threads_call(fn, threads, t) for t in progress(tasks, desc=desc)]
-    from joblib import Parallel, delayed
-    res = Parallel(n_jobs=n_jobs, return_as="generator")(
-        delayed(_threads_call)(fn, threads, t) for t in tasks
-    )
-    return list(progress(res, desc=desc, total=len(tasks)))
+    return parallel_map(fn, tasks, n_jobs=n_jobs, threads=threads, desc=desc)

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 
-from .core import get_device, progress
+from .core import get_device, parallel_map, progress
 
 # %% auto #0
 __all__ = ['RUBRIC_KINDS', 'REWARD_WEIGHTS', 'REWARD_WEIGHTS_WITHOUT_CITATION', 'OMIT', 'MEMORY', 'SEARCH', 'NONE', 'CORRECT',
@@ -1605,11 +1605,6 @@ def run_grid(
     tasks = [(c, int(s), kwargs) for c in conditions for s in seeds]
     if n_jobs <= 1:
         return {(c, s): train_rler(c, seed=s, **kw) for c, s, kw in tasks}
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    # spawned workers find the function in the installed module, not in a notebook's __main__
-    from maspob_etal import rler
-
-    with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=mp.get_context("spawn")) as ex:
-        return {(c, s): res for (c, s, _), res in zip(tasks, ex.map(rler._run_one, tasks))}
+    from maspob_etal import rler  # the installed function, as the workers import it
+    res = parallel_map(rler._run_one, [(t,) for t in tasks], n_jobs=n_jobs, threads=1, desc="runs")
+    return {(c, s): r for (c, s, _), r in zip(tasks, res)}

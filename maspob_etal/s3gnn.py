@@ -31,7 +31,7 @@ warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta"
 
 from fastcore.basics import patch
 
-from .core import progress, seed_everything
+from .core import parallel_map, progress, seed_everything
 from .claims import Claim
 
 # %% auto #0
@@ -1403,13 +1403,9 @@ def run_jobs(jobs:Sequence[dict],   # run descriptions for `run_job`
         for ix in progress(order, desc=desc):
             for i, r in zip(ix, [run_job(jobs[i]) for i in ix]): res[i] = r
         return res
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from maspob_etal.s3gnn import (
-        _run_group as worker,
-    )  # spawned workers need the installed function
-    with ProcessPoolExecutor(min(n_jobs, len(order)), mp_context=mp.get_context("spawn")) as ex:
-        futs = {ex.submit(worker, [jobs[i] for i in ix]): ix for ix in order}
-        for f in progress(as_completed(futs), total=len(futs), desc=desc):
-            for i, r in zip(futs[f], f.result()): res[i] = r
+    from maspob_etal.s3gnn import _run_group as worker  # the installed function, as workers import it
+    groups_out = parallel_map(worker, [([jobs[i] for i in ix],) for ix in order], n_jobs=n_jobs,
+                              threads=1, desc=desc)
+    for ix, out in zip(order, groups_out):
+        for i, r in zip(ix, out): res[i] = r
     return res

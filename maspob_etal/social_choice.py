@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import linprog
 
-from .core import progress
+from .core import parallel_map, progress
 
 # %% auto #0
 __all__ = ['RULE_KINDS', 'SHORTCUT_KINDS', 'check_rankings', 'mallows_ranking', 'random_profile', 'preference_matrix', 'check_P',
@@ -715,16 +715,8 @@ def axiom_audit(kinds_rules:Sequence[str]=RULE_KINDS, # rule kinds to audit
         (ci, pk, m, n, tuple(kinds_rules), betas, n_profiles, tuple(axioms), ref, phi, seed)
         for ci, (pk, m, n) in enumerate(cells)
     ]
-    if n_jobs > 1 and len(cells) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        # spawned workers need the installed function
-        from maspob_etal.social_choice import _audit_cell as worker
-        with ProcessPoolExecutor(n_jobs, mp_context=mp.get_context("spawn")) as ex:
-            results = list(
-                progress(ex.map(worker, *zip(*args)), total=len(cells), desc="audit cells")
-            )
-    else: results = [_audit_cell(*a) for a in progress(args, desc="audit cells")]
+    from maspob_etal.social_choice import _audit_cell as worker  # the installed function, as workers import it
+    results = parallel_map(worker, args, n_jobs=n_jobs, desc="audit cells")
     rows = []
     for r, cex in results:
         rows += r

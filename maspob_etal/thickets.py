@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
-from .core import progress
+from .core import parallel_map, progress
 
 # %% auto #0
 __all__ = ['FREQ', 'SIGNAL_FAMILIES', 'FIXED_SIGNALS', 'ANIMALS', 'VEHICLES', 'tensor_seed', 'NoiseTable', 'param_noise',
@@ -1061,12 +1061,7 @@ def llm_experiment(task:str,                 # "compare" or "category"
 
 def run_jobs(fn:Callable,  # a function importable from its module (workers import it by name)
              jobs:Sequence[dict],    # keyword arguments of each call
-             n_jobs:int=1,           # worker processes (spawned); 1 runs every job in this process
+             n_jobs:int=1,           # worker processes (joblib); 1 runs every job in this process
             )->list:                 # fn(**job) for each job, in job order
-    "Run `fn(**job)` for every job, here or in `n_jobs` spawned worker processes."
-    if n_jobs <= 1 or len(jobs) <= 1: return [fn(**j) for j in jobs]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(min(n_jobs, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
-        futs = [ex.submit(fn, **j) for j in jobs]
-        return [f.result() for f in futs]
+    "Run `fn(**job)` for every job, here or in `n_jobs` worker processes (`core.parallel_map`)."
+    return parallel_map(fn, [dict(j) for j in jobs], n_jobs=n_jobs, desc="jobs")

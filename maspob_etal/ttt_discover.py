@@ -7,8 +7,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/ttt_discover.html.md"""
 # %% ../nbs/14_ttt_discover.ipynb #92483ebb
 from __future__ import annotations
 import json, math, operator, os, re, time
-import multiprocessing as mp
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 
 from fastcore.basics import patch
 
-from .core import progress
+from .core import parallel_map, progress
 
 # %% auto #0
 __all__ = ['KNOWN', 'KNOWN_SOURCES', 'HAUGLAND_HALF', 'ERDOS', 'AC1', 'OPS', 'HPARAMS', 'OP_USES', 'HP_RANGE', 'PRIOR_MU',
@@ -1715,90 +1714,79 @@ def run_ttt_discover(
         rollouts=0,
     )
     t_wall, t_cpu = time.perf_counter(), time.process_time()
-    pool = (
-        executor
-        if executor is not None
-        else (
-            ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
-            if workers > 0
-            else None
-        )
-    )
-    try:
-        for t in progress(
-            range(steps), desc=f"{problem.name}/{mode}/seed {seed}", disable=not show_progress
-        ):
-            if mode == "restarts":  # best-of-N: every group from a fresh start, no reuse
-                parents = [
-                    State(-1, x, -problem.value(x), (), True)
-                    for x in (problem.init_state(rng_restart) for _ in range(groups))
-                ]
-            else:
-                parents = archive.select(groups)  # 2.1 PUCT
-            if problem.redraw_initial and construction_path is None and mode != "restarts":
-                for s in {id(s): s for s in parents if s.initial}.values():
-                    x = problem.init_state(rng_redraw)
-                    archive.replace_initial(s, x, -problem.value(x))
-            feats = [state_features(problem, -s.value, len(s.x), t, steps) for s in parents]
-            actions = policy.sample_groups(
-                feats, group_size, gen
-            )  # 2.2 a group of actions per state
-            jobs = [
-                (problem, s.x, a, (seed, 1, t, g, i), iters)
-                for g, s in enumerate(parents)
-                for i, a in enumerate(actions[g])
+    pool = executor  # None: `core.parallel_map` over `workers` joblib processes (0: inline)
+    for t in progress(
+        range(steps), desc=f"{problem.name}/{mode}/seed {seed}", disable=not show_progress
+    ):
+        if mode == "restarts":  # best-of-N: every group from a fresh start, no reuse
+            parents = [
+                State(-1, x, -problem.value(x), (), True)
+                for x in (problem.init_state(rng_restart) for _ in range(groups))
             ]
-            res = (
-                list(
-                    pool.map(
-                        _rollout, jobs, chunksize=max(1, len(jobs) // (4 * max(1, workers or 4)))
-                    )
+        else:
+            parents = archive.select(groups)  # 2.1 PUCT
+        if problem.redraw_initial and construction_path is None and mode != "restarts":
+            for s in {id(s): s for s in parents if s.initial}.values():
+                x = problem.init_state(rng_redraw)
+                archive.replace_initial(s, x, -problem.value(x))
+        feats = [state_features(problem, -s.value, len(s.x), t, steps) for s in parents]
+        actions = policy.sample_groups(
+            feats, group_size, gen
+        )  # 2.2 a group of actions per state
+        jobs = [
+            (problem, s.x, a, (seed, 1, t, g, i), iters)
+            for g, s in enumerate(parents)
+            for i, a in enumerate(actions[g])
+        ]
+        res = (
+            list(
+                pool.map(
+                    _rollout, jobs, chunksize=max(1, len(jobs) // (4 * max(1, workers or 4)))
                 )
-                if pool
-                else [_rollout(j) for j in jobs]
-            )  # 2.3 run and verify
-            advs, betas, rewards = [], [], []
-            for g, s in enumerate(parents):
-                rg = res[g * group_size : (g + 1) * group_size]
-                r = group_rewards(problem, [v for _, v in rg])  # R = 1/C, 0 when failed
-                b = solve_beta(r, delta)
-                betas.append(b)
-                rewards.append(r)  # 2.4 advantages
-                advs.append(
-                    mean_baseline_advantages(r)
-                    if mode == "expected"
-                    else entropic_advantages(r, beta=b)
-                )
-                if mode != "restarts":
-                    archive.update(
-                        s, [(x, None if v is None else -v) for x, v in rg], step=t
-                    )  # 2.5 back-up, children
-                for x, v in rg:
-                    if v is not None and v < best_v:
-                        best_x, best_v = x, v
-                out["failed"] += sum(v is None for _, v in rg)
-            flat = [a for acts in actions for a in acts]
-            if opt is not None:  # one gradient step on the policy
-                logp = torch.cat(policy.log_prob_groups(feats, actions))
-                loss = pg_loss(logp, torch.tensor(np.concatenate(advs), dtype=logp.dtype))
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            elif mode == "cem":
-                cem_update_(policy, flat, np.concatenate(rewards))
-            out["rollouts"] += len(flat)
-            out["curve"].append(float(best_v))
-            out["betas"].append(betas)
-            out["cpu_curve"].append(
-                time.process_time() - t_cpu
-            )  # this process's CPU so far (inline rollouts)
-            out["op_frac"].append([sum(a["op"] == o for a in flat) / len(flat) for o in OPS])
-            out["log10_lr"].append(
-                float(np.mean([a["log10_lr"] for a in flat if "grad" in a["op"]] or [np.nan]))
             )
-    finally:
-        if pool is not None and executor is None:
-            pool.shutdown()
+            if pool
+            else parallel_map(_rollout, [(j,) for j in jobs], n_jobs=max(1, workers),
+                              show_progress=False)
+        )  # 2.3 run and verify
+        advs, betas, rewards = [], [], []
+        for g, s in enumerate(parents):
+            rg = res[g * group_size : (g + 1) * group_size]
+            r = group_rewards(problem, [v for _, v in rg])  # R = 1/C, 0 when failed
+            b = solve_beta(r, delta)
+            betas.append(b)
+            rewards.append(r)  # 2.4 advantages
+            advs.append(
+                mean_baseline_advantages(r)
+                if mode == "expected"
+                else entropic_advantages(r, beta=b)
+            )
+            if mode != "restarts":
+                archive.update(
+                    s, [(x, None if v is None else -v) for x, v in rg], step=t
+                )  # 2.5 back-up, children
+            for x, v in rg:
+                if v is not None and v < best_v:
+                    best_x, best_v = x, v
+            out["failed"] += sum(v is None for _, v in rg)
+        flat = [a for acts in actions for a in acts]
+        if opt is not None:  # one gradient step on the policy
+            logp = torch.cat(policy.log_prob_groups(feats, actions))
+            loss = pg_loss(logp, torch.tensor(np.concatenate(advs), dtype=logp.dtype))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        elif mode == "cem":
+            cem_update_(policy, flat, np.concatenate(rewards))
+        out["rollouts"] += len(flat)
+        out["curve"].append(float(best_v))
+        out["betas"].append(betas)
+        out["cpu_curve"].append(
+            time.process_time() - t_cpu
+        )  # this process's CPU so far (inline rollouts)
+        out["op_frac"].append([sum(a["op"] == o for a in flat) / len(flat) for o in OPS])
+        out["log10_lr"].append(
+            float(np.mean([a["log10_lr"] for a in flat if "grad" in a["op"]] or [np.nan]))
+        )
     out.update(
         best_value=problem.verify(best_x),
         best_x=best_x,

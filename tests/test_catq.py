@@ -604,3 +604,21 @@ def test_run_seed_equals_separate_runs_and_restores_the_model():
     with pytest.raises(ValueError, match="kind must be one of"): run_quantizer(bed, "AWQ", [1])
     with pytest.raises(ValueError, match="start before"): run_quantizer(bed, "RTN", [0, 1])
     with pytest.raises(ValueError, match="needs calib_ids"): run_quantizer(bed, "GPTQ", [1])
+
+def test_run_seeds_same_numbers_in_workers_and_in_this_process(tmp_path):
+    "run_seeds: two joblib workers (one thread each, loading the model from its folder) = the same seeds run here."
+    from maspob_etal.catq import Testbed, run_seeds
+    from maspob_etal.models import load_causal_lm, load_tokenizer
+    tiny_llama(n_layers=3).save_pretrained(tmp_path); load_tokenizer().save_pretrained(tmp_path)
+    model = load_causal_lm(str(tmp_path), device="cpu")[0]
+    ev = tiny_ids(n=4, seed=5)
+    common = dict(group_size=16, batch_size=4)
+    runs = [dict(kind="RTN", layers=[2], **common),
+            dict(kind="CAT-Q", layers=[1, 2], window=2, stride=2, epochs=1, lr_factor=3e-2, lora_rank=2, seed=3, **common)]
+    tasks = [dict(calib_ids=tiny_ids(seed=s), runs=runs, batch_size=4, model_path=str(tmp_path), eval_ids=ev, first=1,
+                  eval_bs=4) for s in (1, 2)]
+    here = run_seeds(tasks, 1, bed=Testbed(model, ev, first=1, eval_bs=4))
+    there = run_seeds(tasks, 2)
+    assert [[o["nll"] for o in r["runs"]] for r in there] == [[o["nll"] for o in r["runs"]] for r in here]
+    assert here[0]["runs"][1]["nll"] != here[1]["runs"][1]["nll"]            # the seeds' calibration data differ
+    with pytest.raises(ValueError, match="pass bed="): run_seeds(tasks, 1)

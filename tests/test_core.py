@@ -71,3 +71,34 @@ def test_explorer_draws_the_default_outside_an_interactive_session(monkeypatch):
     assert seen == [(3, "a")]
     with pytest.raises(ValueError, match="outside"): explorer(lambda k: None, k=(1, 9, 1, 12))
     with pytest.raises(ValueError, match="at least one choice"): explorer(lambda m: None, m=[])
+
+def _task_threads_and_sum(seed, n=300_000):
+    "A worker task: the torch thread count it runs with and a large float32 sum (its last bits depend on the threads)."
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
+    return torch.get_num_threads(), x.sum().item()
+
+def _fails_on_two(i):
+    if i == 2: raise ValueError("task 2 is bad")
+    return i
+
+def test_parallel_map_gives_the_numbers_of_a_loop_in_task_order():
+    from maspob_etal.core import parallel_map, worker_pool
+    tasks = [dict(seed=s) for s in (5, 1, 4, 2, 3)]
+    with cpu_threads(1): loop = [_task_threads_and_sum(**t) for t in tasks]
+    assert parallel_map(_task_threads_and_sum, tasks, n_jobs=2) == loop                 # workers run one thread each
+    assert parallel_map(_task_threads_and_sum, tasks, threads=1) == loop
+    with worker_pool(2) as pool: futs = [pool.submit(_task_threads_and_sum, **t) for t in tasks]
+    assert [f.result() for f in futs] == loop
+    assert parallel_map(_task_threads_and_sum, tasks, n_jobs=2) == loop                 # joblib's pool beside it
+    assert parallel_map(_task_threads_and_sum, [(7, 10)]) == [_task_threads_and_sum(7, 10)]   # a tuple: positional
+    with pytest.raises(ValueError, match="task 2 is bad"): parallel_map(_fails_on_two, [1, 2, 3], n_jobs=2)
+    with pytest.raises(ValueError, match="n_jobs must be a positive integer"): parallel_map(abs, [1], n_jobs=0)
+    with pytest.raises(ValueError, match="threads must be"): parallel_map(abs, [1], threads=0)
+
+def test_no_method_module_starts_its_own_process_pool():
+    "Worker processes go through core.parallel_map / core.worker_pool (one joblib pool), not a pool per method."
+    import pathlib, maspob_etal
+    pkg = pathlib.Path(maspob_etal.__file__).parent
+    own = [p.name for p in sorted(pkg.glob("*.py")) if p.name != "core.py"
+           and any(s in p.read_text() for s in ("ProcessPoolExecutor", "multiprocessing", "Parallel("))]
+    assert own == [], f"these modules start their own pools: {own}"
