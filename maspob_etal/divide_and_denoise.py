@@ -7,6 +7,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/divide_and_denoise.html.md"""
 # %% ../nbs/04_divide_and_denoise.ipynb #e2af8d72
 from __future__ import annotations
 import json, math, time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -29,12 +30,12 @@ __all__ = ['SHAPES', 'PALETTE', 'SIZE_RANGE', 'FAIRNESS', 'COLOR_CLASSES', 'SHAP
            'train_expert', 'save_expert', 'load_expert', 'initial_noise', 'ddim_scheduler', 'ddim_loop',
            'sample_single', 'check_pixel_experts', 'predict_x0', 'gaussian_blur', 'saliency_utility', 'check_utilities',
            'allocation_values', 'cross_values', 'is_allocation', 'is_proportional', 'is_envy_free',
-           'solve_fair_division_lp', 'solve_fair_division_entropic', 'solve_fair_division', 'expert_utilities',
-           'alignment_energy', 'alignment_step', 'allocation_masks', 'composite_eps', 'DivideAndDenoiseSampler',
-           'sample_average', 'sample_composable', 'fixed_layout', 'sample_multidiffusion_fixed',
-           'sample_argmax_allocation', 'Detection', 'relative_position', 'evaluate_detections', 'MiniGenEval',
-           'task_spec', 'overall_score', 'fair_share_violation_rate', 'check_against_lp', 'paired_bootstrap',
-           'expert_quality', 'per_seed_scores']
+           'solve_fair_division_lp', 'solve_fair_division_entropic', 'round_robin_allocation', 'solve_fair_division',
+           'expert_utilities', 'alignment_energy', 'alignment_step', 'allocation_masks', 'composite_eps',
+           'DivideAndDenoiseSampler', 'sample_average', 'sample_composable', 'fixed_layout',
+           'sample_multidiffusion_fixed', 'sample_argmax_allocation', 'count_network_calls', 'Detection',
+           'relative_position', 'evaluate_detections', 'MiniGenEval', 'task_spec', 'overall_score',
+           'fair_share_violation_rate', 'check_against_lp', 'paired_bootstrap', 'expert_quality', 'per_seed_scores']
 
 # %% ../nbs/04_divide_and_denoise.ipynb #0c22bbbb
 SHAPES = ("circle", "square", "triangle")
@@ -46,18 +47,26 @@ class Concept:
     "What one expert draws: a shape and/or a colour; `None` means any."
     shape: str|None = None  # one of `SHAPES`, or None for any shape
     color: str|None = None  # one of `PALETTE`, or None for any colour
+    contrast: float = 1.0   # the colour's intensity against the black background, in (0, 1]
     def __post_init__(self):
+        if isinstance(self.contrast, bool) or not isinstance(self.contrast, (int, float)) \
+                or not 0 < self.contrast <= 1:
+            raise ValueError(f"contrast must be in (0, 1] (1: the full colour), got {self.contrast!r}")
         if self.shape is not None and self.shape not in SHAPES:
             raise ValueError(f"unknown shape {self.shape!r}: use one of {SHAPES} or None")
         if self.color is not None and self.color not in PALETTE:
             raise ValueError(f"unknown colour {self.color!r}: use one of {tuple(PALETTE)} or None")
     @property
     def name(self)->str:
-        "A readable name such as 'red circle', 'circle' or 'any shape'."
-        return " ".join(p for p in (self.color, self.shape) if p) or "any shape"
+        "A readable name such as 'red circle', 'circle', 'any shape' or 'green square@0.5' (contrast 0.5)."
+        base = " ".join(p for p in (self.color, self.shape) if p) or "any shape"
+        return base if self.contrast == 1 else f"{base}@{self.contrast:g}"
 
 def concept_from_name(name:str)->Concept:
-    "Parse 'red circle', 'circle', 'red' or 'any shape' into a `Concept`."
+    "Parse 'red circle', 'circle', 'red', 'any shape' or 'green square@0.5' into a `Concept`."
+    name, _, c = name.partition("@")
+    try: contrast = float(c) if c else 1.0
+    except ValueError: raise ValueError(f"cannot parse the contrast {c!r} of {name!r}: write e.g. 'green square@0.5'")
     words = [w for w in name.lower().split() if w not in ("any", "shape")]
     shape = next((w for w in words if w in SHAPES), None)
     color = next((w for w in words if w in PALETTE), None)
@@ -66,7 +75,7 @@ def concept_from_name(name:str)->Concept:
             f"cannot parse concept {name!r}: use '<colour> <shape>', '<shape>', '<colour>' or 'any"
             " shape'"
         )
-    return Concept(shape, color)
+    return Concept(shape, color, contrast)
 
 # %% ../nbs/04_divide_and_denoise.ipynb #00f009fb
 def shape_coverage(shapes:Sequence[str],  # M shape names
@@ -142,7 +151,7 @@ def random_objects(concepts:Sequence[Concept], # one concept per object
         for c in concepts:
             shape = c.shape or SHAPES[rng.integers(len(SHAPES))]
             rgb = np.clip(
-                _rgb(c.color or list(PALETTE)[rng.integers(len(PALETTE))])
+                c.contrast*_rgb(c.color or list(PALETTE)[rng.integers(len(PALETTE))])
                 + rng.uniform(-color_jitter, color_jitter, 3),
                 0,
                 1,
@@ -524,7 +533,7 @@ def saliency_utility(x0_hat:Tensor,          # (B, K, C, H, W) each model's clea
     return s/s.sum(-1, keepdim=True)
 
 # %% ../nbs/04_divide_and_denoise.ipynb #41b00891
-FAIRNESS = ("proportional", "envy_free", "none")
+FAIRNESS = ("proportional", "envy_free", "none", "round_robin")
 
 def _check_alpha(alpha:float)->float:
     if (
@@ -600,6 +609,8 @@ def solve_fair_division_lp(U:np.ndarray,           # (K, N) utilities of one ins
                           )->tuple:  # A (K, N), lam (K,) duals of the proportionality rows, info
     "Solve the fair-division LP exactly with scipy's HiGHS."
     _check_kind(kind); alpha = _check_alpha(alpha)
+    if kind == "round_robin":
+        raise ValueError("round_robin is a picking rule, not a program: use solve_fair_division(U, 'round_robin')")
     U = check_utilities(U)
     if U.shape[0] != 1:
         raise ValueError(
@@ -745,8 +756,20 @@ def solve_fair_division_entropic(U,                       # (B, K, N) or (K, N) 
     )
 
 # %% ../nbs/04_divide_and_denoise.ipynb #1ee8a30e
+def round_robin_allocation(U:Tensor, # (B, K, N) utilities (float64)
+                          )->Tensor: # (B, K, N) one-hot allocation
+    ("Round robin: models 0, 1, ..., K-1, 0, ... each take their most valued free cell until none is "
+     "left (EF1, no program solved).")
+    B, K, N = U.shape
+    A, free, rows = torch.zeros_like(U), torch.ones(B, N, dtype=torch.bool, device=U.device), torch.arange(B)
+    for i in range(N):
+        k = i % K
+        n = U[:, k].masked_fill(~free, -1.0).argmax(-1)
+        A[rows, k, n], free[rows, n] = 1.0, False
+    return A
+
 def solve_fair_division(U,                        # (K, N) or (B, K, N) utilities, numpy or torch
-                        # "proportional", "envy_free" or "none" (per-cell argmax)
+                        # "proportional", "envy_free", "none" (per-cell argmax) or "round_robin"
                         kind:str="proportional",
                         alpha:float=1.0,          # share factor in (0, 1]
                         # "entropic", "lp" (HiGHS, one instance at a time) or "auto"
@@ -768,6 +791,9 @@ def solve_fair_division(U,                        # (K, N) or (B, K, N) utilitie
     if kind == "none":  # per-cell argmax (ties: lowest index)
         A = F.one_hot(T.argmax(1), K).transpose(1, 2).to(T.dtype)
         lam, info = torch.zeros(B, K, dtype=T.dtype, device=T.device), dict(solver="argmax")
+    elif kind == "round_robin":  # the shortcut control: models take turns, no program
+        A = round_robin_allocation(T)
+        lam, info = torch.zeros(B, K, dtype=T.dtype, device=T.device), dict(solver="round_robin")
     elif solver == "lp" or (solver == "auto" and kind == "envy_free"):
         outs = [solve_fair_division_lp(T[b].cpu().numpy(), kind, alpha) for b in range(B)]
         A = torch.tensor(np.stack([o[0] for o in outs]), device=T.device)
@@ -863,7 +889,7 @@ class DivideAndDenoiseSampler:
      "and masked composition.")
     def __init__(self, experts:Sequence[Expert],  # K experts sharing one noise schedule
                  num_steps:int=20,                # DDIM steps
-                 # "proportional", "envy_free" or "none" (argmax ablation)
+                 # "proportional", "envy_free", "none" (argmax ablation) or "round_robin" (shortcut)
                  fairness:str="proportional",
                  alpha:float=1.0,                 # share factor in (0, 1]
                  guidance_scale:float=0.1,        # gamma (0 turns alignment off)
@@ -1065,13 +1091,22 @@ def sample_composable(base:Expert,               # unconditional (any-shape) mod
 
 def fixed_layout(K:int,                 # number of models
                  grid:int,              # cells per side
-                 # "halves_lr" (vertical strips, left to right) or "halves_tb" (horizontal strips)
+                 # "halves_lr" (K vertical strips, left to right), "halves_tb" (horizontal strips) or
+                 # "quadrants" (model k gets quadrant k: top-left, top-right, bottom-left, bottom-right; the
+                 # fourth quadrant of K = 3 goes to the models by strips)
                  layout:str="halves_lr",
                 )->Tensor:              # (K, grid*grid) one-hot allocation
-    "Hand-set MultiDiffusion regions: K equal strips."
+    "Hand-set MultiDiffusion regions: K equal strips, or one quadrant per model."
     if layout in ("halves", "halves_lr"): idx = torch.arange(grid)[None, :].expand(grid, grid)
     elif layout == "halves_tb": idx = torch.arange(grid)[:, None].expand(grid, grid)
-    else: raise ValueError(f"layout must be 'halves_lr' or 'halves_tb', got {layout!r}")
+    elif layout == "quadrants":
+        if not 2 <= K <= 4: raise ValueError(f"the quadrants layout needs 2 to 4 models, got {K}")
+        r, c = torch.arange(grid)[:, None].expand(grid, grid), torch.arange(grid)[None, :].expand(grid, grid)
+        q = 2*(r >= grid/2) + (c >= grid/2)                                    # quadrant 0..3
+        if K == 2: owner = ((r >= grid/2) != (c >= grid/2)).long()              # diagonal quadrants
+        else: owner = torch.where(q < K, q, (c*K)//grid)
+        return F.one_hot(owner.reshape(-1), K).T.float()
+    else: raise ValueError(f"layout must be 'halves_lr', 'halves_tb' or 'quadrants', got {layout!r}")
     owner = (idx*K)//grid
     return F.one_hot(owner.reshape(-1), K).T.float()
 
@@ -1092,6 +1127,20 @@ def sample_argmax_allocation(
     return DivideAndDenoiseSampler(experts, num_steps, fairness="none", **kw).sample(
         n, seed, return_trace=return_trace
     )
+
+@contextmanager
+def count_network_calls(experts:Sequence[Expert], # the experts whose networks are counted
+                       ):                         # yields {"forward": n, "graph": m}, filled in as the block runs
+    ("Count the forward passes of the experts' networks inside a `with` block, and those that keep a graph "
+     "(each is back-propagated once by the alignment step).")
+    calls = {"forward": 0, "graph": 0}
+    def hook(module, args, out):
+        calls["forward"] += 1
+        calls["graph"] += int(torch.is_grad_enabled() and getattr(out, "sample", out).requires_grad)
+    hs = [u.register_forward_hook(hook) for u in {id(e.unet): e.unet for e in experts}.values()]
+    try: yield calls
+    finally:
+        for h in hs: h.remove()
 
 # %% ../nbs/04_divide_and_denoise.ipynb #0b22d8a4
 @dataclass
@@ -1271,7 +1320,7 @@ def _training_crops(ev:MiniGenEval, res:int, n:int, rng:np.random.Generator)->tu
         if rng.random() < 0.7:  # a palette colour, dimmed and jittered
             name = list(PALETTE)[rng.integers(4)]
             rgb = np.clip(
-                np.array(PALETTE[name]) * rng.uniform(0.75, 1) + rng.uniform(-0.1, 0.1, 3), 0, 1
+                np.array(PALETTE[name]) * rng.uniform(0.4, 1) + rng.uniform(-0.1, 0.1, 3), 0, 1
             )
         else:                                                            # any other colour
             while True:
@@ -1425,8 +1474,8 @@ def presence(self:MiniGenEval, imgs, concept:Concept)->float:
 
 # %% ../nbs/04_divide_and_denoise.ipynb #e6a3389d
 def task_spec(tag:str, concepts:Sequence[Concept])->dict:
-    ("GenEval-style spec of a composite prompt: `two_object`, `counting`, `colors`, `color_attr` "
-     "or `single_object`.")
+    ("GenEval-style spec of a composite prompt: `two_object` (`multi_object` for K > 2), `counting`, "
+     "`colors`, `color_attr` or `single_object`.")
     if tag == "counting":
         if len({c for c in concepts}) != 1 or concepts[0].shape is None:
             raise ValueError("counting needs n copies of one shape concept")
@@ -1436,7 +1485,7 @@ def task_spec(tag:str, concepts:Sequence[Concept])->dict:
             "include": [{"class": concepts[0].shape, "count": n}],
             "exclude": [{"class": concepts[0].shape, "count": n + 1}],
         }
-    if tag in ("two_object", "single_object"):
+    if tag in ("two_object", "multi_object", "single_object"):
         return {"tag": tag, "include": [{"class": c.shape, "count": 1} for c in concepts]}
     if tag in ("color_attr", "colors"):
         return {
@@ -1444,7 +1493,7 @@ def task_spec(tag:str, concepts:Sequence[Concept])->dict:
             "include": [{"class": c.shape, "count": 1, "color": c.color} for c in concepts],
         }
     raise ValueError(
-        f"unknown tag {tag!r}: use two_object, counting, colors, color_attr or single_object"
+        f"unknown tag {tag!r}: use two_object, multi_object, counting, colors, color_attr or single_object"
         " (position is not scored)"
     )
 
