@@ -418,3 +418,80 @@ def test_same_numbers_with_one_and_two_threads():
             x, tr = DivideAndDenoiseSampler(exs, num_steps=3, guidance_scale=0.1).sample(1, [0, 1], return_trace=True)
             result = x.flatten().tolist() + tr["A"][-1].flatten().tolist()
     """)
+
+
+# ---- the regime, the shortcut control and the equal-compute baseline
+
+def test_round_robin_takes_turns_and_is_ef1():
+    from maspob_etal.divide_and_denoise import round_robin_allocation
+    U = torch.tensor([[[0.5, 0.3, 0.1, 0.1, 0.0], [0.4, 0.35, 0.2, 0.05, 0.0]]], dtype=torch.float64)
+    A = round_robin_allocation(U)[0]
+    # model 0 takes cell 0, model 1 its best free cell 1, model 0 then cell 2, model 1 cell 3, model 0 cell 4
+    assert A.argmax(0).tolist() == [0, 1, 0, 1, 0]
+    rng = np.random.default_rng(0)
+    for K, N in ((2, 64), (3, 50), (4, 7)):
+        U = torch.tensor(rng.random((5, K, N)))
+        A, _, info = solve_fair_division(U, "round_robin")
+        assert info["solver"] == "round_robin" and is_allocation(A) and set(A.unique().tolist()) <= {0.0, 1.0}
+        counts = A.sum(-1)
+        assert (counts.max(-1).values - counts.min(-1).values <= 1).all()            # N/K cells each, +-1
+        W = U @ A.transpose(-1, -2)                                                   # W[b, k, j]: k's value of j's share
+        top = (A[:, None] * U[:, :, None]).amax(-1)                                   # k's value of j's best cell
+        assert (W.diagonal(dim1=-2, dim2=-1)[..., None] >= W - top - 1e-12).all()    # envy-free up to one cell
+    with pytest.raises(ValueError, match="picking rule, not a program"): solve_fair_division_lp(U[0].numpy(), "round_robin")
+
+def test_round_robin_runs_in_the_sampler(experts):
+    x, tr = DivideAndDenoiseSampler(experts[:2], num_steps=3, fairness="round_robin").sample(2, 0, return_trace=True)
+    assert x.shape == (2, 3, 8, 8) and set(tr["A"].unique().tolist()) <= {0.0, 1.0}
+    assert (tr["A"].sum(-1) == 32).all()                                              # 64 cells, two models, every step
+
+def test_quadrants_layout():
+    owner = fixed_layout(3, 4, "quadrants").argmax(0).reshape(4, 4)
+    assert owner.tolist() == [[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 1, 2], [2, 2, 1, 2]]
+    assert fixed_layout(2, 4, "quadrants").argmax(0).reshape(4, 4).tolist() == [[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]]
+    assert fixed_layout(4, 6, "quadrants").sum(1).tolist() == [9.0]*4
+    with pytest.raises(ValueError, match="2 to 4 models"): fixed_layout(5, 4, "quadrants")
+
+def test_contrast_scales_the_colour_and_round_trips():
+    from maspob_etal.divide_and_denoise import concept_from_name, make_concept_dataset
+    c = Concept("square", "green", 0.5)
+    assert c.name == "green square@0.5" and concept_from_name(c.name) == c and concept_from_name("green square").contrast == 1.0
+    x = make_concept_dataset(c, 64, 16, seed=0)
+    g = (x[:, 1] + 1)/2                                                                # green channel in [0, 1]
+    assert 0.35 < g.amax((1, 2)).min() and g.amax((1, 2)).max() < 0.65               # 0.5 +- jitter 0.1 (not 1)
+    full = make_concept_dataset(Concept("square", "green"), 64, 16, seed=0)
+    assert ((full[:, 1] + 1)/2).amax((1, 2)).min() > 0.85
+    with pytest.raises(ValueError, match="contrast must be in"): Concept("square", "green", 1.5)
+    with pytest.raises(ValueError, match="cannot parse the contrast"): concept_from_name("green square@dim")
+
+def _ideal(expert, target):
+    "The exact denoiser of a one-image distribution: eps(x_t) = (x_t - sqrt(ab) x0) / sqrt(1 - ab)."
+    ab = expert.alphas_cumprod
+    def eps(x, t):
+        a = ab[int(t)].item()
+        return (x - a**0.5*target.to(x.dtype))/(1 - a)**0.5
+    expert.eps = eps
+    return expert
+
+def test_score_averaging_of_two_exact_experts_draws_their_blend():
+    "Why score averaging scores 0 here: averaged predictions denoise toward the pixelwise mean of the experts' images."
+    ta = torch.from_numpy(render_scene([("circle", "red", (4, 4), 5)], 8))
+    tb = torch.from_numpy(render_scene([("square", "blue", (4, 4), 5)], 8))
+    a, b = _ideal(_tiny(5, "epsilon"), ta), _ideal(_tiny(6, "epsilon"), tb)
+    x = sample_average([a, b], 2, 0, num_steps=10)
+    torch.testing.assert_close(x, ((ta + tb)/2).expand(2, -1, -1, -1), atol=2e-3, rtol=0)
+    torch.testing.assert_close(sample_single(a, 1, 0, 10)[0], ta, atol=2e-3, rtol=0)
+
+def test_network_calls_are_counted_per_method(experts):
+    from maspob_etal.divide_and_denoise import count_network_calls
+    K, S = 2, 3
+    with count_network_calls(experts[:K]) as dnd:
+        DivideAndDenoiseSampler(experts[:K], num_steps=S, guidance_scale=0.1).sample(1, 0)
+    with count_network_calls(experts[:K]) as md:
+        sample_multidiffusion_fixed(experts[:K], 1, 0, S)
+    with count_network_calls(experts[:K]) as off:
+        DivideAndDenoiseSampler(experts[:K], num_steps=S, guidance_scale=0.0).sample(1, 0)
+    assert dnd == {"forward": 2*K*S, "graph": K*S}          # utilities with a graph, then again at the moved sample
+    assert md == {"forward": K*S, "graph": 0} and off == {"forward": K*S, "graph": 0}
+    with count_network_calls(experts[:1]) as c: pass
+    assert c == {"forward": 0, "graph": 0} and not experts[0].unet._forward_hooks   # hooks removed
