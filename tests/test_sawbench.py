@@ -230,3 +230,12 @@ m = VideoGRUModel(seed=0, embed=lambda xs: np.stack([np.cos(np.arange(384)*(1 + 
 vo = [VOGeometryModel().predict(i) for i in tr if i.task in ("shape", "revplan")]
 result = [float(x) for x in m.losses] + [int(x) for x in m.predict_batch(tr)] + vo
 """)
+
+
+@pytest.mark.parametrize("turn", [90, -90])
+def test_vo_trajectory_turns_the_right_way(turn):
+    "Walk 3 m, turn, walk 3 m: the dead-reckoned end lies on the side of the turn, heading turned the same way."
+    P, _ = simulate((2., 4., 0.), [("walk", 3.0), ("turn", turn), ("walk", 3.0)])          # stays 1 m inside the 10 x 8 room
+    traj = VOGeometryModel().trajectory(render_frames(ROOM, P[frame_index(len(P))], 64, 48))
+    s = np.sign(turn)
+    assert s*traj[-1, 1] > 1.0 and s*traj[-1, 2] > 30 and traj[-1, 0] > 2.0    # truth: (3, 3s), yaw 90s
