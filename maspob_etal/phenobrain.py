@@ -22,12 +22,14 @@ from fastcore.basics import patch
 from .core import progress
 
 # %% auto #0
-__all__ = ['PHENO_NAMES', 'KERNELS', 'BASELINES', 'simulate_timeseries', 'connectomes_from_timeseries', 'make_pheno_connectomes',
-           'path_strength', 'load_connectomes', 'save_connectomes', 'topk_mask', 'topk_transition', 'multihop_kernel',
-           'hop_powers', 'normalized_laplacian', 'heat_kernel', 'PhenoEncoder', 'PhenoBrainConfig', 'PhenoRouting',
-           'kl_regulation', 'RegulatedAttention', 'PhenoBrain', 'make_baseline', 'count_params', 'train_phenobrain',
-           'predict_proba', 'binary_metrics', 'neural_fit_predict', 'gbt_features', 'gbt_fit_predict', 'cv_folds',
-           'cross_validate']
+__all__ = ['PHENO_NAMES', 'KERNELS', 'BASELINES', 'NEURAL_GRID', 'GBT_GRID', 'LOGISTIC_CS', 'simulate_timeseries',
+           'connectomes_from_timeseries', 'make_pheno_connectomes', 'path_strength', 'load_connectomes',
+           'save_connectomes', 'topk_mask', 'topk_transition', 'multihop_kernel', 'hop_powers', 'normalized_laplacian',
+           'heat_kernel', 'PhenoEncoder', 'PhenoBrainConfig', 'PhenoRouting', 'kl_regulation', 'RegulatedAttention',
+           'PhenoBrain', 'make_baseline', 'count_params', 'train_phenobrain', 'predict_proba', 'binary_metrics',
+           'neural_fit_predict', 'gbt_features', 'gbt_fit_predict', 'cv_folds', 'cross_validate', 'split_indices',
+           'select_neural', 'select_gbt', 'select_logistic', 'oracle_features', 'phenotype_features', 'select_best',
+           'run_cohort']
 
 # %% ../nbs/09_phenobrain.ipynb #7eace385
 def _modules(n_roi: int, n_networks: int) -> np.ndarray:
@@ -124,6 +126,7 @@ def make_pheno_connectomes(
     n_networks: int = 4,  # modules, chained M1-M2-...; at least 4
     T: int = 200,  # time points per subject
     delta: float = 0.7,  # label effect on the M1..M4 bridges, in (0, 1)
+    pheno_dependence: float = 1.0,  # gamma: share of the effect that flips with c(p); 0 none
     p_missing: float = 0.1,  # chance that each phenotype variable is missing
     n_sites: int = 4,  # acquisition sites
     kind: str = "correlation",  # connectivity kind passed to nilearn
@@ -134,7 +137,7 @@ def make_pheno_connectomes(
     w_bridge: float = 1.5,  # bridge weight
     seed: int = 0,
 ) -> dict:  # A (N,R,R), p (N,q), mask (N,q), y (N,), site (N,), age (N,), meta
-    "Synthetic cohort with a planted phenotype x connectome interaction (its sign flips with age)."
+    "Synthetic cohort; the label effect on the M1-M4 route flips with age by `pheno_dependence`."
     if n_subjects < 2 or T < 2:
         raise ValueError(f"need n_subjects >= 2 and T >= 2 time points, got {n_subjects} and {T}")
     if n_networks < 4:
@@ -145,6 +148,8 @@ def make_pheno_connectomes(
         )
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not 0 <= pheno_dependence <= 1:
+        raise ValueError(f"pheno_dependence must be in [0, 1], got {pheno_dependence}")
     if not 0 <= p_missing < 1:
         raise ValueError(f"p_missing must be in [0, 1), got {p_missing}")
     if n_sites != 4:
@@ -162,8 +167,10 @@ def make_pheno_connectomes(
     y = rng.permutation(np.arange(N) % 2)
     # c(p): +1 older, -1 younger than the median
     c = np.sign(age - np.median(age))
-    # bridge scale: patients 1 + delta c, controls 1 - delta c
-    s = 1 + delta * c * (2 * y - 1)
+    # bridge scale 1 + delta (2y - 1) ((1 - gamma) + gamma c): at gamma 1 patients 1 + delta c,
+    # controls 1 - delta c; at gamma 0 patients 1 + delta, controls 1 - delta, whatever the age
+    g = pheno_dependence
+    s = 1 + delta * (2 * y - 1) * ((1 - g) + g * c)
     jit = np.exp(subject_noise * rng.standard_normal((N, n_roi, n_roi)))
     # symmetric subject-specific weights
     Ws = W[None] * np.sqrt(jit * jit.transpose(0, 2, 1))
@@ -205,6 +212,7 @@ def make_pheno_connectomes(
             kind=kind,
             T=T,
             delta=delta,
+            pheno_dependence=pheno_dependence,
         ),
     )
 
@@ -711,6 +719,7 @@ def train_phenobrain(
     wd: float = 1e-4,  # AdamW weight decay
     seed: int = 0,  # mini-batch order
     device: str | torch.device = "cpu",
+    checkpoint: Callable | None = None,  # checkpoint(epoch, model) after each epoch (eval mode)
 ) -> PhenoBrain:  # the trained model, in eval mode
     r"Minimise $\mathrm{BCE} + \lambda_{reg}(t) L_{reg}$ with AdamW, $\lambda_{reg}$ annealed."
     if epochs < 1:
@@ -733,6 +742,10 @@ def train_phenobrain(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+        if checkpoint is not None:
+            # evaluation draws no random numbers: the trajectory is the same with or without it
+            checkpoint(ep + 1, model.eval())
+            model.train()
     return model.eval()
 
 
@@ -869,3 +882,168 @@ def cross_validate(
         prob = models[name](data, tr, te, seed * 100 + f)
         rows.append(dict(seed=seed, fold=f, model=name, **binary_metrics(y[te], prob)))
     return pd.DataFrame(rows)
+
+# %% ../nbs/09_phenobrain.ipynb #b0732d12
+NEURAL_GRID = dict(lrs=(1e-3, 3e-3, 1e-2), budgets=(20, 40, 80))  # AdamW rates x epoch checkpoints
+GBT_GRID = dict(lrs=(0.03, 0.1, 0.3), budgets=(50, 100, 200))  # boosting rates x rounds
+LOGISTIC_CS = tuple(np.logspace(-2, 2, 9).round(4))  # inverse L2 strengths: the same 9 points
+
+
+def split_indices(
+    data: dict,  # A, p, mask, y (and site)
+    val_frac: float = 0.2,  # share of subjects for model selection
+    test_frac: float = 0.2,  # share of subjects for the test
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # train, validation, test indices
+    "One stratified train / validation / test split (strata: label x site when there are sites)."
+    from sklearn.model_selection import train_test_split
+
+    if not (0 < val_frac < 1 and 0 < test_frac < 1 and val_frac + test_frac < 1):
+        raise ValueError(
+            f"val_frac and test_frac must be in (0, 1), sum below 1, got {val_frac}, {test_frac}"
+        )
+    y = np.asarray(data["y"])
+    strata = y if data.get("site") is None else y * 1000 + np.asarray(data["site"])
+    idx = np.arange(len(y))
+    rest, te = train_test_split(idx, test_size=test_frac, stratify=strata, random_state=seed)
+    tr, va = train_test_split(
+        rest, test_size=val_frac / (1 - test_frac), stratify=strata[rest], random_state=seed
+    )
+    return np.sort(tr), np.sort(va), np.sort(te)
+
+
+def _auc(y, prob):
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y, prob))
+
+
+def select_neural(
+    kind: str,  # one of BASELINES
+    c: PhenoBrainConfig,
+    data: dict,
+    tr: np.ndarray,  # training subjects
+    va: np.ndarray,  # validation subjects (selection)
+    te: np.ndarray,  # test subjects
+    lrs: Sequence[float] = NEURAL_GRID["lrs"],  # AdamW learning rates
+    budgets: Sequence[int] = NEURAL_GRID["budgets"],  # epoch checkpoints; one run per rate
+    batch_size: int = 64,
+    wd: float = 1e-4,
+    seed: int = 0,  # initialisation and batch order
+    device: str | torch.device = "cpu",
+) -> pd.DataFrame:  # one row per grid point: model, lr, budget, step, val_auc, test_auc
+    "Train `make_baseline(kind, c)` once per rate; validation and test AUC at each checkpoint."
+    y, rows = np.asarray(data["y"]), []
+    for lr in lrs:
+
+        def ck(ep, m):
+            if ep in budgets:
+                rows.append(dict(model=kind, lr=float(lr), budget=ep, step=list(budgets).index(ep),
+                                 val_auc=_auc(y[va], predict_proba(m, data, va, device=device)),
+                                 test_auc=_auc(y[te], predict_proba(m, data, te, device=device))))
+
+        train_phenobrain(make_baseline(kind, c, seed), data, tr, max(budgets), batch_size, lr, wd,
+                         seed, device, checkpoint=ck)
+    return pd.DataFrame(rows)
+
+
+def select_gbt(
+    data: dict, tr: np.ndarray, va: np.ndarray, te: np.ndarray,
+    lrs: Sequence[float] = GBT_GRID["lrs"],  # boosting learning rates
+    budgets: Sequence[int] = GBT_GRID["budgets"],  # boosting rounds read off one fit per rate
+    max_leaf_nodes: int = 15,
+    seed: int = 0,
+) -> pd.DataFrame:  # one row per grid point, as `select_neural`
+    "Boosted trees on edges + phenotypes: validation and test AUC after each budget of rounds."
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    X, y, rows = gbt_features(data), np.asarray(data["y"]), []
+    for lr in lrs:
+        g = HistGradientBoostingClassifier(
+            max_iter=max(budgets), learning_rate=lr, max_leaf_nodes=max_leaf_nodes,
+            early_stopping=False, random_state=seed,
+        ).fit(X[tr], y[tr])
+        stages = zip(g.staged_predict_proba(X[va]), g.staged_predict_proba(X[te]))
+        for it, (pv, pt) in enumerate(stages, 1):
+            if it in budgets:
+                rows.append(dict(model="gbt", lr=float(lr), budget=it, step=list(budgets).index(it),
+                                 val_auc=_auc(y[va], pv[:, 1]), test_auc=_auc(y[te], pt[:, 1])))
+    return pd.DataFrame(rows)
+
+
+def select_logistic(
+    X: np.ndarray,  # features, (N, f)
+    y: np.ndarray,  # 0/1 labels, (N,)
+    tr: np.ndarray, va: np.ndarray, te: np.ndarray,
+    name: str,  # the model's name in the table
+    Cs: Sequence[float] = LOGISTIC_CS,  # inverse L2 strengths tried
+) -> pd.DataFrame:  # one row per C, as `select_neural` (lr holds C, budget 0)
+    "Standardised L2 logistic regression, one fit per C: validation and test AUC."
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    y, rows = np.asarray(y), []
+    for C in Cs:
+        m = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
+        m.fit(X[tr], y[tr])
+        rows.append(dict(model=name, lr=float(C), budget=0, step=0,
+                         val_auc=_auc(y[va], m.predict_proba(X[va])[:, 1]),
+                         test_auc=_auc(y[te], m.predict_proba(X[te])[:, 1])))
+    return pd.DataFrame(rows)
+
+
+def oracle_features(data: dict) -> np.ndarray:
+    "What decides the generator's label: measured route strength r, sign(age) r, sign(age); (N, 3)."
+    r = path_strength(data["A"], data["meta"]["modules"])
+    # standardised age: its sign, 0 where age is missing
+    s = np.sign(data["p"][:, 0]) * data["mask"][:, 0]
+    return np.column_stack([r, s * r, s])
+
+
+def phenotype_features(data: dict) -> np.ndarray:
+    "The phenotypes and their mask alone, (N, 2q): no connectome."
+    return np.column_stack([data["p"], data["mask"]])
+
+
+def select_best(
+    grid: pd.DataFrame,  # rows of select_neural, select_gbt, select_logistic (and key columns)
+    max_step: int | None = None,  # only checkpoints up to this budget step (None: all)
+    keys: Sequence[str] = ("seed", "gamma", "model"),
+) -> pd.DataFrame:  # one row per key: the grid point with the best validation AUC
+    "The grid point each model picks on validation data (first on ties), at most `max_step`."
+    g = grid if max_step is None else grid[grid.step <= max_step]
+    keys = [k for k in keys if k in g.columns]
+    return g.loc[g.groupby(keys, sort=True).val_auc.idxmax()].reset_index(drop=True)
+
+
+def run_cohort(
+    seed: int,  # cohort seed: graph, phenotypes, labels, noise, split, initialisations
+    gammas: Sequence[float],  # pheno_dependence values; only the label effect changes with them
+    gen: dict,  # keyword arguments of make_pheno_connectomes (sizes, delta, ...)
+    c: PhenoBrainConfig,
+    models: dict,  # gamma -> model names (BASELINES and "gbt") run at that gamma
+    lrs: Sequence[float] = NEURAL_GRID["lrs"],
+    budgets: Sequence[int] = NEURAL_GRID["budgets"],
+    gbt_lrs: Sequence[float] = GBT_GRID["lrs"],
+    gbt_budgets: Sequence[int] = GBT_GRID["budgets"],
+    Cs: Sequence[float] = LOGISTIC_CS,
+    batch_size: int = 64,
+    device: str | torch.device = "cpu",
+) -> pd.DataFrame:  # every grid point of every model at every gamma, with seed and gamma columns
+    "One cohort along the regime: every model and both logistic shortcuts, tuned on validation."
+    out = []
+    for g in gammas:
+        data = make_pheno_connectomes(**gen, pheno_dependence=float(g), seed=seed)
+        tr, va, te = split_indices(data, seed=seed)
+        y = data["y"]
+        parts = [select_logistic(oracle_features(data), y, tr, va, te, "oracle_lr", Cs),
+                 select_logistic(phenotype_features(data), y, tr, va, te, "phenotype_lr", Cs)]
+        for k in models[g]:
+            if k == "gbt":
+                parts.append(select_gbt(data, tr, va, te, gbt_lrs, gbt_budgets, seed=seed))
+            else:
+                parts.append(select_neural(k, c, data, tr, va, te, lrs, budgets, batch_size,
+                                           seed=seed, device=device))
+        out.append(pd.concat(parts, ignore_index=True).assign(seed=seed, gamma=float(g)))
+    return pd.concat(out, ignore_index=True)

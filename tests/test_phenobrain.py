@@ -304,3 +304,86 @@ c = PhenoBrainConfig(n_roi=16, d_pheno_in=7, d=16, d_p=8, heads=2, hops=3, topk=
 r = cross_validate({"pb": neural_fit_predict("phenobrain", c, epochs=2, batch_size=16)}, d, n_folds=3, seed=0, max_folds=1)
 result = [float(v) for v in r[["acc", "auc", "sens", "spec"]].values.ravel()] + [float(d["A"].sum())]
 """)
+
+# --- the model routes each subject on its own (issue 38: a softmax over the batch passed every test) ----------------
+
+@pytest.mark.parametrize("kind", BASELINES)
+def test_hop_weights_on_the_simplex_kernel_stochastic_and_logits_independent_of_the_batch(small, kind):
+    A, p, m = (torch.tensor(small[k][:10]) for k in ("A", "p", "mask"))
+    model = make_baseline(kind, TCFG, seed=7).eval()
+    with torch.no_grad():
+        o = model(A, p, m)
+        alpha, K = o["alpha"], o["K"]
+        assert alpha.shape == (10, TCFG.hops + 1) and (alpha >= 0).all()
+        torch.testing.assert_close(alpha.sum(-1), torch.ones(10))                    # each subject: a mixture over hops
+        assert (K >= 0).all()
+        torch.testing.assert_close(K.sum(-1), torch.ones(10, 16))                     # row-stochastic kernel
+        torch.testing.assert_close(K, torch.einsum("bh,bhij->bij", alpha, hop_powers(A, TCFG.topk, TCFG.hops)))
+        if o["prior"] is not None: torch.testing.assert_close(o["prior"].sum(-1), torch.ones(10, 16))
+        perm = torch.randperm(10, generator=torch.Generator().manual_seed(0))
+        o_perm = model(A[perm], p[perm], m[perm])
+        torch.testing.assert_close(o_perm["logits"], o["logits"][perm])               # permuting the batch
+        torch.testing.assert_close(o_perm["alpha"], alpha[perm])
+        split = torch.cat([model(A[s], p[s], m[s])["logits"] for s in (slice(0, 1), slice(1, 4), slice(4, 10))])
+        torch.testing.assert_close(split, o["logits"])                                # splitting it, a batch of one included
+        torch.testing.assert_close(model(A, p, m, hop_powers(A, TCFG.topk, TCFG.hops))["logits"], o["logits"])
+    if kind in ("phenobrain", "no_regulation"): assert alpha.std(0).max() > 1e-4      # hop weights differ between subjects
+    else: torch.testing.assert_close(alpha, alpha[:1].expand_as(alpha))              # one shared mixture
+
+def test_heat_kernel_model_is_independent_of_the_batch(small):
+    from dataclasses import replace
+    model = make_baseline("phenobrain", replace(TCFG, kernel="heat"), seed=1).eval()
+    A, p, m = (torch.tensor(small[k][:6]) for k in ("A", "p", "mask"))
+    with torch.no_grad():
+        o = model(A, p, m)
+        split = torch.cat([model(A[s], p[s], m[s])["logits"] for s in (slice(0, 1), slice(1, 6))])
+    torch.testing.assert_close(split, o["logits"])
+
+# --- the regime knob ---------------------------------------------------------------------------------------------
+
+def test_regime_knob_moves_the_label_effect_from_the_connectome_to_the_interaction():
+    d0, d5, d1 = (make_pheno_connectomes(300, 16, 4, T=100, seed=2, pheno_dependence=g) for g in (0.0, 0.5, 1.0))
+    for d in (d5, d1):                                                # the same cohort at every gamma
+        for k in ("y", "p", "mask", "age", "site"): np.testing.assert_array_equal(d[k], d0[k])
+    y, c = d0["y"], np.sign(d0["age"] - np.median(d0["age"]))
+    np.testing.assert_allclose(d0["meta"]["bridge_scale"], 1 + 0.7*(2*y - 1))
+    np.testing.assert_allclose(d5["meta"]["bridge_scale"], 1 + 0.7*(2*y - 1)*(0.5 + 0.5*c))
+    np.testing.assert_allclose(d1["meta"]["bridge_scale"], 1 + 0.7*(2*y - 1)*c)
+    assert roc_auc_score(y, d0["meta"]["true_path"]) >= 0.9           # gamma 0: the connectome alone decides
+    assert abs(roc_auc_score(y, d1["meta"]["true_path"]) - 0.5) <= 0.1  # gamma 1: alone it says nothing
+    with pytest.raises(ValueError, match="pheno_dependence must be in"): make_pheno_connectomes(10, 16, 4, pheno_dependence=-0.1)
+
+# --- tuning alike ------------------------------------------------------------------------------------------------
+
+def test_every_model_gets_a_nine_point_grid_picked_on_validation(small):
+    from maspob_etal.phenobrain import select_neural, select_gbt, select_logistic, select_best, split_indices, phenotype_features
+    tr, va, te = split_indices(small, seed=1)
+    assert len(set(tr) | set(va) | set(te)) == 120 and not (set(tr) & set(va) or set(tr) & set(te) or set(va) & set(te))
+    assert (len(tr), len(va), len(te)) == (72, 24, 24) and small["y"][te].sum() == 12
+    grids = [select_neural("late_fusion", TCFG, small, tr, va, te, budgets=(1, 2, 3), batch_size=72),
+             select_gbt(small, tr, va, te, budgets=(2, 4, 6)), select_logistic(phenotype_features(small), small["y"], tr, va, te, "lr")]
+    assert [len(g) for g in grids] == [9, 9, 9]
+    for g in grids:
+        best = select_best(g.assign(seed=0, gamma=1.0))
+        assert len(best) == 1 and best.val_auc.iloc[0] == g.val_auc.max()
+        assert best.index.equals(pd.RangeIndex(1)) and best.lr.iloc[0] == g.loc[g.val_auc.idxmax(), "lr"]
+
+def test_checkpoints_do_not_change_the_trajectory(small):
+    from maspob_etal.phenobrain import predict_proba
+    seen = []
+    a = train_phenobrain(make_baseline("phenobrain", TCFG, 2), small, np.arange(40), epochs=3, batch_size=16, lr=3e-3,
+                         checkpoint=lambda ep, m: seen.append((ep, m.training)))
+    b = train_phenobrain(make_baseline("phenobrain", TCFG, 2), small, np.arange(40), epochs=3, batch_size=16, lr=3e-3)
+    assert seen == [(1, False), (2, False), (3, False)]
+    np.testing.assert_array_equal(predict_proba(a, small, np.arange(40, 60)), predict_proba(b, small, np.arange(40, 60)))
+
+def test_run_cohort_pairs_models_along_the_regime():
+    from maspob_etal.phenobrain import run_cohort, select_best
+    gen = dict(n_subjects=60, n_roi=16, n_networks=4, T=60)
+    df = run_cohort(3, (0.0, 1.0), gen, TCFG, {0.0: ("phenobrain",), 1.0: ("phenobrain", "no_routing", "gbt")},
+                    lrs=(3e-3,), budgets=(1, 2), gbt_lrs=(0.1,), gbt_budgets=(1, 2), Cs=(1.0,))
+    best = select_best(df)
+    assert sorted(map(tuple, best[["gamma", "model"]].values.tolist())) == sorted(
+        [(0.0, "oracle_lr"), (0.0, "phenotype_lr"), (0.0, "phenobrain"),
+         (1.0, "oracle_lr"), (1.0, "phenotype_lr"), (1.0, "phenobrain"), (1.0, "no_routing"), (1.0, "gbt")])
+    assert (df.seed == 3).all() and df.groupby(["gamma", "model"]).size().max() == 2
