@@ -272,3 +272,30 @@ def test_env_rules_commit_noop_timeout():
     e = MiniMMEEnv("PatternLock", 2003); e.reset(); sts = []
     for _ in range(e.max_steps): sts.append(e.step(("wait", 0))[-1]["status"])
     assert sts[-1] == "timeout" and set(sts[:-1]) == {"ongoing"}
+
+
+def test_memory_inputs_read_the_right_slots():
+    "Each representation's memory tokens come from the bank entries its rule names, in order, with their times and masks."
+    from types import SimpleNamespace
+    from maspob_etal.robomme import memory_inputs, even_sampling_indices
+    N, D = 40, 3
+    pooled = (np.arange(N)[:, None, None]*100 + np.arange(16)[None, :, None] + np.zeros((1, 1, D))).astype(np.float32)
+    tok = (np.arange(N)[:, None, None]*1000 + np.arange(64)[None, :, None] + np.zeros((1, 1, D))).astype(np.float32)
+    seqs = [list(range(5, 5 + 23)), [30, 31, 32]]                   # a long history (t = 22) and a short one (t = 2)
+    fs = memory_inputs(SimpleNamespace(memory="FrameSamp", n_frames=8), seqs, tok, pooled)
+    pick = even_sampling_indices(22, 8)
+    assert fs["m_tok"].shape == (2, 8*16, D)
+    frames = fs["m_tok"].reshape(2, 8, 16, D)[..., 0]
+    assert (frames[0] == np.array([seqs[0][j]*100 + np.arange(16) for j in pick])).all()
+    assert (frames[1, :3] == np.array([s*100 + np.arange(16) for s in seqs[1]])).all() and not fs["m_mask"].reshape(2, 8, 16)[1, 3:].any()
+    assert fs["m_time"].reshape(2, 8, 16)[0, :, 0].tolist() == pick and fs["m_mask"].reshape(2, 8, 16)[1].sum() == 3*16
+    for rep in ("TTT", "RMT"):                                       # recurrent: the last M frames, left-padded
+        r = memory_inputs(SimpleNamespace(memory=rep, n_frames=8), seqs, tok, pooled)
+        assert (r["m_tok"][0, :, :, 0] == np.array([s*100 + np.arange(16) for s in seqs[0][-8:]])).all()
+        assert r["m_mask"][1].tolist() == [False]*5 + [True]*3 and (r["m_tok"][1, 5:, :, 0] == np.array([s*100 + np.arange(16) for s in seqs[1]])).all()
+        assert r["m_time"][0, :, 0].tolist() == list(range(15, 23))
+    drops = [np.array([[0, 7], [22, 3], [10, 63]]), np.array([[2, 5]])]   # (position in the history, patch)
+    td = memory_inputs(SimpleNamespace(memory="TokenDrop", budget=4), seqs, tok, pooled, drops)
+    assert (td["m_tok"][0, :3, 0]*255).round().tolist() == [5*1000 + 7, 27*1000 + 3, 15*1000 + 63]
+    assert td["m_pos"][0, :3].tolist() == [7, 3, 63] and td["m_time"][0, :3].tolist() == [0, 22, 10]
+    assert td["m_mask"].tolist() == [[True]*3 + [False], [True] + [False]*3] and round(float(td["m_tok"][1, 0, 0])*255) == 32*1000 + 5
