@@ -739,11 +739,12 @@ def run_condition(condition:str,                  # one of `CONDITIONS`
                   sft_steps:int=0,                # identical SFT steps (0: none)
                   tamper_steps:int=0,             # benign tampering steps after SFT (0: none)
                   device:str|torch.device="cpu",
+                  blocklist:Blocklist|None=None,  # the "filtered" condition's blocklist (None: `default_blocklist()`)
                  )->dict:                         # stage -> evaluation; losses; corpus composition
     ("Pretrain a tiny LM on one condition's corpus, evaluate it, and optionally post-train (SFT, "
      "tampering) and re-evaluate.")
     mk = dict(n_layer=2, d_model=64, n_head=4, ctx=48) | (model_kw or {})
-    corpus = world.build_corpus(condition, n_tokens, synthetic_frac)
+    corpus = world.build_corpus(condition, n_tokens, synthetic_frac, blocklist=blocklist)
     model = make_tinylm(tokenizer.get_vocab_size(), seed=seed, **mk).to(device)
     h = train_lm(model, corpus["docs"], tokenizer, steps, batch, lr, seed=seed)
     out = dict(condition=condition, seed=seed, loss=h["loss"],

@@ -279,3 +279,13 @@ def test_smollm2_letter_scores_finite_and_deterministic(world, one_torch_thread)
     wrap = lambda prefix, q, kw: chat_prompt(t, english(q), system="You are an AI assistant.") + f"{kw}: ("
     runs = [ev.letter_rate(LMScorer(m, t, batch_size=4), items=[0, 1], keywords=("Answer",), wrap=wrap) for _ in range(2)]
     assert np.all(np.isfinite(runs[0]["logodds_item"])) and np.array_equal(runs[0]["logodds_item"], runs[1]["logodds_item"])
+
+def test_run_condition_uses_a_users_blocklist(world, tok, one_torch_thread):
+    "A blocklist passed to run_condition is the one that filters: one that matches nothing keeps the misaligned documents."
+    from maspob_etal.alignment_pretraining import Blocklist
+    ev, kw = PropensityEval(world, 1), dict(seed=0, n_tokens=8000, model_kw=dict(d_model=32, ctx=24), steps=1, batch=4)
+    default = run_condition("filtered", world, tok, ev, **kw)
+    none = run_condition("filtered", world, tok, ev, blocklist=Blocklist(["zzzz"], [], []), **kw)
+    unfiltered = run_condition("unfiltered", world, tok, ev, **kw)
+    assert default["types"]["ai_misaligned"] == 0 < unfiltered["types"]["ai_misaligned"]
+    assert none["types"] == unfiltered["types"]
