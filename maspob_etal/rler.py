@@ -233,7 +233,7 @@ def prune(
 # %% ../nbs/13_rler.ipynb #0a25325f
 OMIT, MEMORY, SEARCH = 0, 1, 2        # plan options per fact
 NONE, CORRECT, MISCONCEPTION = 0, 1, 2 # what an answer states about a fact
-CONDITIONS = ("rler", "static_search", "static_all", "closed_book", "general")
+CONDITIONS = ("rler", "static_fair", "static_search", "static_all", "closed_book", "general")
 _SYLLABLES = [
     "var",
     "nel",
@@ -415,6 +415,10 @@ class SynthResearchEnv:
             MISCONCEPTION,
             CORRECT,
         )
+        # the one-shot search-based rubric writer's reading of each key fact's snippet, written before
+        # training: missed if u[..., 0] < writer_error, misread if u[..., 1] < writer_error; a stream
+        # of its own (the world above does not change) and the same draws for every writer_error
+        self.static_reads = np.random.default_rng([seed, 13, 1]).random((self.Q, self.K, 2))
 
     def __repr__(self):
         return f"SynthResearchEnv(Q={self.Q}, K={self.K}, F={self.F}, B={self.search_budget})"
@@ -586,13 +590,45 @@ def general_rubric(self: SynthResearchEnv) -> Rubric:
     )
 
 
+def _check_prob(name: str, p: float) -> float:
+    if not 0 <= p <= 1:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
+    return float(p)
+
+
 @patch
-def persistent_rubrics(self: SynthResearchEnv, condition: str, q: int) -> list:
+def search_rubrics(
+    self: SynthResearchEnv,
+    q: int,  # question
+    facts,  # the key facts the writer searches, one snippet each
+    writer_error: float = 0.0,  # the writer misses a snippet, and misreads a value, w.p. this
+) -> list:
+    ("Search-based rubrics written once, before training: one positive per searched fact, none "
+     "when its snippet is missed, the misconception's value when it is misread.")
+    e, us = _check_prob("writer_error", writer_error), []
+    for f in facts:
+        miss, misread = self.static_reads[q, int(f)] < e
+        if not miss:
+            us.append(self.fact_rubric(q, int(f), MISCONCEPTION if misread else CORRECT))
+    return us
+
+
+@patch
+def persistent_rubrics(
+    self: SynthResearchEnv,
+    condition: str,  # reward regime, one of CONDITIONS
+    q: int,  # question
+    writer_error: float = 0.0,  # errors of the search-based writer (rler, static_fair, static_search)
+) -> list:
     "The initial (persistent) rubrics of question `q` under a reward regime."
-    # 2 search-based rubrics: one common and one obscure fact, right values
+    # 2 search-based rubrics: one common and one obscure fact
     if condition in ("rler", "static_search"):
-        return [self.fact_rubric(q, int(f)) for f in self.search_pick[q]]
-    # the fair static control: one search-based rubric per key fact, right values
+        return self.search_rubrics(q, self.search_pick[q], writer_error)
+    # the fair static control: rler's rubric types, written once by the same search-based writer:
+    # a positive per key fact and the question-independent negative against filler
+    if condition == "static_fair":
+        return self.search_rubrics(q, range(self.K), writer_error) + [self.filler_rubric(-1.0)]
+    # one rubric per key fact with its correct value (an error-free writer, no negative)
     if condition == "static_all":
         return [self.fact_rubric(q, f) for f in range(self.K)]
     # the writer's memory: right on common facts, often wrong on obscure ones
@@ -904,7 +940,7 @@ def _check_group(group: Rollouts, buffer: RubricBuffer, max_new: int) -> int:
 
 class ContrastiveRubricGenerator(RubricGenerator):
     ("Programmatic writer of positive/negative rubrics that separate a group of rollouts, "
-     "grounded in their evidence.")
+     "grounded in the evidence it reads, which it can miss and misread.")
 
     def __init__(
         self,
@@ -913,27 +949,25 @@ class ContrastiveRubricGenerator(RubricGenerator):
         p_negative: float = 0.9,  # accept a negative rubric on an evidence-contradicted value
         p_filler: float = 0.8,  # accept the negative filler rubric
         dedupe: str = "active",  # "active": skip active keys (official); "all": any key
-        p_see: float = 1.0,  # weaker writer: a retrieved fact's evidence reaches it w.p. p_see
-        p_noise: float = 0.0,  # noisy writer: a fact rubric gets the wrong value w.p. p_noise
+        p_miss: float = 0.0,  # the writer overlooks each retrieved snippet w.p. p_miss
+        p_misread: float = 0.0,  # ... and takes a fact's value for the misconception w.p. p_misread
     ):
-        for name, p in (
-            ("p_key", p_key),
-            ("p_distractor", p_distractor),
-            ("p_negative", p_negative),
-            ("p_filler", p_filler),
-            ("p_see", p_see),
-            ("p_noise", p_noise),
-        ):
-            if not 0 <= p <= 1:
-                raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
-        self.p_key, self.p_distractor, self.p_negative, self.p_filler = (
-            p_key,
-            p_distractor,
-            p_negative,
-            p_filler,
-        )
-        self.p_see, self.p_noise = p_see, p_noise
+        for name, p in (("p_key", p_key), ("p_distractor", p_distractor), ("p_negative", p_negative),
+                        ("p_filler", p_filler), ("p_miss", p_miss), ("p_misread", p_misread)):
+            _check_prob(name, p)
+        self.p_key, self.p_distractor = p_key, p_distractor
+        self.p_negative, self.p_filler = p_negative, p_filler
+        self.p_miss, self.p_misread = p_miss, p_misread
         self.dedupe = _check_dedupe(dedupe)
+
+    def read_evidence(self, env: SynthResearchEnv, group: Rollouts, rng: np.random.Generator) -> tuple:
+        ("What the writer takes from the group's search traces: `seen` (F,), a fact with at least "
+         "one snippet read, and `belief` (F,), the value it read (CORRECT, or MISCONCEPTION if misread).")
+        n_snip = group.searched.sum(0)  # (F,) snippets of each fact in the group
+        # each snippet overlooked independently: a fact is missed only if all its snippets are
+        seen = (n_snip > 0) & (rng.random(env.F) >= self.p_miss**n_snip)
+        belief = np.where(rng.random(env.F) < self.p_misread, MISCONCEPTION, CORRECT)
+        return seen, belief
 
     def propose(
         self,
@@ -946,37 +980,25 @@ class ContrastiveRubricGenerator(RubricGenerator):
         ("New rubrics that separate the rollouts of `group` and are not already in the buffer's "
          "active list.")
         q, G = _check_group(group, buffer, max_new), len(group)
-        # (F,) facts whose evidence the group retrieved
-        evidence = group.searched.any(0)
-        # the writer misses some evidence
-        if self.p_see < 1:
-            evidence = evidence & (rng.random(env.F) < self.p_see)
-
-        def value(right):  # a noisy writer swaps the correct value and the misconception
-            return (
-                (MISCONCEPTION if right == CORRECT else CORRECT)
-                if self.p_noise > 0 and rng.random() < self.p_noise
-                else right
-            )
-
+        seen, belief = self.read_evidence(env, group, rng)
         cands = []
-        for f in np.flatnonzero(evidence):  # only verifiable facts
-            # stated with the evidence's value
-            n_right = (group.stated[:, f] == CORRECT).sum()
-            if 0 < n_right < G and rng.random() < (
-                self.p_key if env.is_key[f] else self.p_distractor
-            ):
-                cands.append(env.fact_rubric(q, int(f), value(CORRECT), +1.0))
-        for f in np.flatnonzero(evidence):
-            # contradicted by evidence
-            if (group.stated[:, f] == MISCONCEPTION).any() and rng.random() < self.p_negative:
-                cands.append(env.fact_rubric(q, int(f), value(MISCONCEPTION), -1.0))
+        for f in np.flatnonzero(seen):  # only facts whose evidence it read
+            # stated with the value the writer read in some rollouts but not all
+            n_v = (group.stated[:, f] == belief[f]).sum()
+            if 0 < n_v < G and rng.random() < (self.p_key if env.is_key[f] else self.p_distractor):
+                cands.append(env.fact_rubric(q, int(f), int(belief[f]), +1.0))
+        for f in np.flatnonzero(seen):
+            # a value that contradicts what the writer read
+            other = CORRECT + MISCONCEPTION - belief[f]
+            if (group.stated[:, f] == other).any() and rng.random() < self.p_negative:
+                cands.append(env.fact_rubric(q, int(f), int(other), -1.0))
         has = group.filler > 0
         if 0 < has.sum() < G and rng.random() < self.p_filler:
             cands.append(env.filler_rubric(-1.0))
-        seen = buffer.keys("active") if self.dedupe == "active" else buffer.all_keys()
-        cands = [u for u in cands if u.key(buffer.question) not in seen]
+        seen_keys = buffer.keys("active") if self.dedupe == "active" else buffer.all_keys()
+        cands = [u for u in cands if u.key(buffer.question) not in seen_keys]
         return [cands[i] for i in rng.permutation(len(cands))][:max_new]
+
 
 # %% ../nbs/13_rler.ipynb #6428ab77
 RUBRIC_WRITER_PROMPT = """You write grading rubrics that tell apart several answers to the same \
@@ -1451,15 +1473,15 @@ def score_and_prune(
 
 # %% ../nbs/13_rler.ipynb #52568433
 def train_rler(
-    condition: str,  # "rler", "static_search", "closed_book" or "general"
+    condition: str,  # one of CONDITIONS: "rler", "static_fair", "static_search", ...
     n_questions: int = 16,  # Q questions in the world (all are used at every step)
     steps: int = 30,  # GRPO steps
     group_size: int = 8,  # G rollouts per question (train_dr_tulu.sh: 8)
     seed: int = 0,  # seeds the world, the rollouts, the writer and the policy's sampling
     judge="programmatic",  # "programmatic", "lm" (SmolLM2 or model_path) or a judge object
-    generator=None,  # rubric writer; None: ContrastiveRubricGenerator(dedupe=dedupe, **writer_kw)
-    writer_kw: dict
-    | None = None,  # options of the default writer, e.g. {"p_see": 0.5} or {"p_noise": 0.3}
+    generator=None,  # rubric writer; None: ContrastiveRubricGenerator (writer_error, writer_kw)
+    writer_error: float = 0.2,  # the writer misses a snippet / misreads a value w.p. this (both arms)
+    writer_kw: dict | None = None,  # other options of the default writer, e.g. {"p_filler": 0.5}
     model_path: str | None = None,  # local model for judge="lm"; None: SmolLM2-135M-Instruct
     policy="plan",  # "plan", "gru" or an nn.Module with sample/log_prob
     lr: float | None = None,  # None: SGD 0.5 for "plan", Adam 0.01 otherwise
@@ -1467,6 +1489,7 @@ def train_rler(
     clip: float = 0.2,  # PPO clip range
     max_active: int = 5,  # max_active_rubrics
     max_new: int = 5,  # most rubrics the writer adds per question and step
+    prune: bool = True,  # rler: retire rubrics by std (False: every written rubric stays active)
     dedupe: str = "active",  # writer skips keys in "active" (official) or "all" lists
     eval_every: int = 5,  # evaluate the oracle every this many steps
     eval_samples: int = 64,  # answers per question at each evaluation
@@ -1484,6 +1507,7 @@ def train_rler(
         )
     if steps < 0 or eval_every < 1 or eval_samples < 1:
         raise ValueError("need steps >= 0, eval_every >= 1 and eval_samples >= 1")
+    _check_prob("writer_error", writer_error)
     env = env if env is not None else SynthResearchEnv(n_questions, seed=seed)
     Q, G = env.Q, int(group_size)
     ss = np.random.SeedSequence([seed, 2025])
@@ -1507,13 +1531,16 @@ def train_rler(
         (
             generator
             if generator is not None
-            else ContrastiveRubricGenerator(dedupe=dedupe, **(writer_kw or {}))
+            else ContrastiveRubricGenerator(
+                **{"dedupe": dedupe, "p_miss": writer_error, "p_misread": writer_error,
+                   **(writer_kw or {})}
+            )
         )
         if evolve
         else None
     )
     buffers = [
-        RubricBuffer(env.question(q), persistent=env.persistent_rubrics(condition, q))
+        RubricBuffer(env.question(q), persistent=env.persistent_rubrics(condition, q, writer_error))
         for q in range(Q)
     ]
     curves, logs = (
@@ -1557,7 +1584,9 @@ def train_rler(
                     b.add(new)
                     n_new += len(new)
             # steps 3-4
-            R, st = score_and_prune(env, buffers, groups, jd, prune=evolve, max_active=max_active)
+            R, st = score_and_prune(
+                env, buffers, groups, jd, prune=evolve and prune, max_active=max_active
+            )
             # step 5
             A = torch.as_tensor(grpo_advantages(R.reshape(Q, G)).reshape(-1), dtype=torch.float32)
             logp = pi.log_prob(torch.as_tensor(q_ids), o, k)
@@ -1584,6 +1613,8 @@ def train_rler(
         "env": env,
         "policy": pi,
         "judge": jd,
+        "generator": gen,
+        "writer_error": writer_error,
     }
 
 # %% ../nbs/13_rler.ipynb #85aba720

@@ -470,24 +470,6 @@ def test_static_all_rubrics_cover_every_key_fact(env):
     S = np.stack([jd.score(env, u, r) for u in env.persistent_rubrics("static_all", 0)], 1)
     assert np.array_equal(S, (r.stated[:, :env.K] == CORRECT).astype(float))      # met exactly where the key fact is right
 
-def test_weaker_writers(env):
-    rng = np.random.default_rng(4)
-    g = env.rollout(np.zeros(8, int), rng.integers(0, 3, (8, env.F)), np.arange(8) % 4, rng)
-    buf = RubricBuffer(env.question(0), persistent=env.persistent_rubrics("rler", 0))
-    blind = ContrastiveRubricGenerator(p_see=0.0).propose(env, g, buf, np.random.default_rng(0))
-    assert all(u.kind == "filler" for u in blind)                                 # sees no evidence: no fact rubric
-    base = ContrastiveRubricGenerator(p_filler=0.0).propose(env, g, buf, np.random.default_rng(0))
-    noisy = ContrastiveRubricGenerator(p_filler=0.0, p_noise=1.0).propose(env, g, buf, np.random.default_rng(0))
-    assert len(base) > 0 and len(noisy) > 0
-    for u in noisy:                                                               # every value swapped
-        code = CORRECT if u.weight > 0 else MISCONCEPTION
-        other = MISCONCEPTION if code == CORRECT else CORRECT
-        assert u.value == env.values[0, u.fact, other]
-    with pytest.raises(ValueError, match="p_see"): ContrastiveRubricGenerator(p_see=1.5)
-    a = train_rler("rler", n_questions=3, steps=2, eval_samples=4, generator=ContrastiveRubricGenerator(p_see=0.5, p_noise=0.3))
-    b = train_rler("rler", n_questions=3, steps=2, eval_samples=4, generator=ContrastiveRubricGenerator(p_see=0.5, p_noise=0.3))
-    assert a["train"]["reward"] == b["train"]["reward"]
-
 def test_auroc_ci():
     from maspob_etal.rler import auroc_ci
     rng = np.random.default_rng(0); y = rng.random(200) < 0.5; s = y * 0.3 + rng.random(200)
@@ -502,3 +484,139 @@ from maspob_etal.rler import train_rler
 res = train_rler("rler", n_questions=3, steps=3, eval_every=1, eval_samples=4, seed=1)
 result = res["curves"]["oracle"] + res["train"]["reward"]
 """)
+
+
+# ---------------------------------------------------------------- issue 36: claims that hold by construction are tests
+def _answers(env, stated, filler=0):
+    "One uncited answer per question stating `stated` (Q, F)."
+    z = np.zeros((env.Q, env.F), bool)
+    return Rollouts(np.arange(env.Q), stated, z, z, np.full(env.Q, filler), np.tile(np.arange(env.F), (env.Q, 1)))
+
+def _rubric_rewards(env, cond, r, e=0.0):
+    jd = ProgrammaticJudge()
+    return np.array([rubric_reward(jd.score_matrix(env, env.persistent_rubrics(cond, q, e), r[[q]]),
+                                   [u.weight for u in env.persistent_rubrics(cond, q, e)])[0] for q in range(env.Q)])
+
+def test_static_search_is_blind_to_four_key_facts():
+    "Old C2 (rler against its 2 persistent rubrics): 4 of 6 key facts earn static_search nothing, while the oracle pays 1/6 each."
+    env = SynthResearchEnv(32, seed=3)
+    right = np.where(env.is_key, CORRECT, 0)[None].repeat(env.Q, 0)
+    for k in range(env.K):
+        drop = right.copy()
+        unseen = k not in env.search_pick
+        drop[:, k] = 0
+        rr, rd = _rubric_rewards(env, "static_search", _answers(env, right)), _rubric_rewards(env, "static_search", _answers(env, drop))
+        picked = np.array([k in env.search_pick[q] for q in range(env.Q)])
+        assert np.array_equal(rr[~picked], rd[~picked]) and (rr[picked] > rd[picked]).all()
+        assert np.allclose(env.oracle(_answers(env, right)) - env.oracle(_answers(env, drop)), 1/env.K)
+    assert all(len(env.persistent_rubrics("static_search", q)) == 2 for q in range(env.Q))
+
+def test_length_biased_judge_rewards_padding():
+    "Old C4a: under `general` every filler sentence raises the rubric reward (until it saturates) and lowers the oracle."
+    env = SynthResearchEnv(16, seed=1)
+    stated = np.where(np.arange(env.F) < 3, CORRECT, 0)[None].repeat(env.Q, 0)        # 3 statements: room to pad
+    R = np.array([_rubric_rewards(env, "general", _answers(env, stated, k)) for k in range(env.max_filler + 1)])
+    O = np.array([env.oracle(_answers(env, stated, k)) for k in range(env.max_filler + 1)])
+    assert (np.diff(R, axis=0) > 0).all() and (np.diff(O, axis=0) < 0).all()
+    assert np.allclose(R[:, 0], np.minimum(1, (3 + 2*np.arange(4))/8))
+
+def test_closed_book_rubrics_reward_the_misconception():
+    "Old C4c: where the closed-book writer holds the misconception (p = 0.75 on obscure facts), its rubric pays for it, not the truth."
+    env = SynthResearchEnv(200, seed=2)
+    wrong = env.writer_code == MISCONCEPTION
+    assert not wrong[:, ~env.is_obscure].any()
+    assert wrong[:, env.is_obscure].mean() == pytest.approx(0.75, abs=0.05)          # 600 draws: SE 0.018
+    jd = ProgrammaticJudge()
+    for q in range(20):
+        for u in env.persistent_rubrics("closed_book", q):
+            r = _answers(env, np.full((env.Q, env.F), 0))[[q, q]]
+            r.stated[0, u.fact], r.stated[1, u.fact] = CORRECT, MISCONCEPTION
+            s = jd.score(env, u, r)
+            assert list(s) == ([0, 1] if wrong[q, u.fact] else [1, 0])
+
+# ---------------------------------------------------------------- issue 36: the fair static control
+def test_static_fair_has_rlers_rubric_types(env):
+    "The thesis's control: a positive per key fact (right values at writer error 0) and the generic anti-filler negative."
+    for q in range(env.Q):
+        us = env.persistent_rubrics("static_fair", q)
+        pos, neg = [u for u in us if u.weight > 0], [u for u in us if u.weight < 0]
+        assert sorted(u.fact for u in pos) == list(range(env.K))
+        assert all(u.kind == "fact" and u.weight == 1 and u.value == env.values[q, u.fact, CORRECT] for u in pos)
+        assert len(neg) == 1 and neg[0].kind == "filler" and neg[0].weight == -1
+        assert neg[0].key(env.question(q)) == env.filler_rubric(-1.0).key(env.question(q))   # the one rler's writer writes
+    pad = _answers(env, np.where(env.is_key, CORRECT, 0)[None].repeat(env.Q, 0), 1)
+    clean = _answers(env, np.where(env.is_key, CORRECT, 0)[None].repeat(env.Q, 0), 0)
+    assert (_rubric_rewards(env, "static_fair", pad) < _rubric_rewards(env, "static_fair", clean)).all()
+
+def test_search_writer_misses_and_misreads_with_common_draws():
+    "The one-shot writer of static_fair (and of rler's persistent rubrics) misses and misreads each key fact w.p. writer_error."
+    env = SynthResearchEnv(300, seed=1)
+    def kept(e, cond="static_fair"):
+        return {(q, u.fact): u.value == env.values[q, u.fact, MISCONCEPTION]
+                for q in range(env.Q) for u in env.persistent_rubrics(cond, q, e) if u.kind == "fact"}
+    n = env.Q * env.K
+    k1, k3 = kept(0.1), kept(0.3)
+    for e, k in ((0.1, k1), (0.3, k3)):                       # 1,800 facts: SE <= 0.011, the bound is 4 of them
+        assert 1 - len(k)/n == pytest.approx(e, abs=0.045)
+        assert np.mean(list(k.values())) == pytest.approx(e, abs=0.045)
+    assert set(k3) <= set(k1)                                 # the same draws at every writer error: errors only grow
+    assert all(k3[f] >= k1[f] for f in k3)
+    assert set(kept(0.3, "rler")) <= set(k3) and kept(0.3, "rler") == {f: k3[f] for f in kept(0.3, "rler")}
+    assert all([u.kind for u in env.persistent_rubrics("static_fair", q, 1.0)] == ["filler"] for q in range(10))
+    assert all(env.persistent_rubrics("rler", q, 1.0) == [] for q in range(10))
+    with pytest.raises(ValueError, match="writer_error"): env.persistent_rubrics("static_fair", 0, 1.5)
+
+# ---------------------------------------------------------------- issue 36: a writer that can miss and misread evidence
+def test_writer_misses_each_snippet_and_misreads_values(env):
+    gen = ContrastiveRubricGenerator(p_miss=0.5, p_misread=0.25)
+    searched = np.zeros((8, env.F), bool)
+    for f in range(env.F): searched[:f, f] = True             # fact f has f snippets in the group: 0..7
+    g = Rollouts(np.zeros(8, int), np.where(searched, CORRECT, 0), searched, searched, np.zeros(8, int),
+                 np.tile(np.arange(env.F), (8, 1)))
+    rng = np.random.default_rng(0)
+    reads = [gen.read_evidence(env, g, rng) for _ in range(4000)]
+    seen = np.mean([s for s, _ in reads], 0)
+    n = searched.sum(0)
+    assert np.allclose(seen, np.where(n > 0, 1 - 0.5**n, 0), atol=0.035)      # missed only when every snippet is
+    assert np.mean(np.concatenate([b[s] == MISCONCEPTION for s, b in reads])) == pytest.approx(0.25, abs=0.02)
+    s0, b0 = ContrastiveRubricGenerator().read_evidence(env, g, rng)
+    assert np.array_equal(s0, n > 0) and (b0 == CORRECT).all()                # the error-free writer reads everything
+    with pytest.raises(ValueError, match="p_miss"): ContrastiveRubricGenerator(p_miss=1.5)
+
+def test_blind_and_misreading_writers(env):
+    eager = dict(p_key=1.0, p_distractor=1.0, p_negative=1.0, p_filler=0.0)
+    n_wrong = 0
+    for q, g in _groups(env, 12, seed=5):
+        buf = RubricBuffer(env.question(q))
+        blind = ContrastiveRubricGenerator(p_miss=1.0).propose(env, g, buf, np.random.default_rng(0), max_new=50)
+        assert all(u.kind == "filler" for u in blind)                                 # reads no snippet: no fact rubric
+        wrong = ContrastiveRubricGenerator(p_misread=1.0, **eager).propose(env, g, buf, np.random.default_rng(0), max_new=50)
+        for u in wrong:        # it pays for the misconception and penalises the truth
+            assert u.value == env.values[q, u.fact, MISCONCEPTION if u.weight > 0 else CORRECT]
+        n_wrong += len(wrong)
+        for u in ContrastiveRubricGenerator(p_miss=0.3, p_misread=0.3).propose(env, g, buf, np.random.default_rng(1), max_new=50):
+            if u.kind == "fact": assert g.searched[:, u.fact].any()                  # only facts some rollout retrieved
+    assert n_wrong > 0
+
+def test_writer_error_reaches_both_arms():
+    for e in (0.0, 0.5):
+        for c in ("static_fair", "rler"):
+            res = train_rler(c, n_questions=4, steps=1, eval_samples=2, writer_error=e)
+            assert [[u.key("x") for u in b.persistent] for b in res["buffers"]] == \
+                   [[u.key("x") for u in res["env"].persistent_rubrics(c, q, e)] for q in range(4)]
+        assert res["generator"].p_miss == e and res["generator"].p_misread == e
+    res = train_rler("rler", n_questions=2, steps=1, eval_samples=2, writer_error=0.3, writer_kw={"p_misread": 0.0})
+    assert (res["generator"].p_miss, res["generator"].p_misread) == (0.3, 0.0)
+    with pytest.raises(ValueError, match="writer_error"): train_rler("rler", writer_error=1.5, steps=1)
+    a = train_rler("rler", n_questions=3, steps=2, eval_samples=4, writer_error=0.4)
+    b = train_rler("rler", n_questions=3, steps=2, eval_samples=4, writer_error=0.4)
+    assert a["train"]["reward"] == b["train"]["reward"]
+
+def test_no_pruning_keeps_every_written_rubric():
+    "The novelty ablation: with prune=False no rubric retires; with pruning, written = active + retired."
+    for prune in (False, True):
+        res = train_rler("rler", n_questions=3, steps=8, eval_samples=2, prune=prune, writer_error=0.0)
+        written = round(sum(res["train"]["n_new"]) * 3)
+        assert written == sum(len(b.active) + len(b.inactive) for b in res["buffers"])
+        assert all(b.inactive == [] for b in res["buffers"]) == (not prune)
+        assert (max(len(b.active) for b in res["buffers"]) > 5) == (not prune)
