@@ -20,12 +20,12 @@ from .models import embed_texts, load_causal_lm, generate
 # %% auto #0
 __all__ = ['COLORS', 'PEOPLE', 'POSS', 'SMALL', 'SINGLETONS', 'F2_VEHICLES', 'CROSSERS', 'PLURAL', 'COLORED', 'FAMILIES',
            'ITEM_FIELDS', 'SUBJECTS', 'TEMPLATES', 'EMPTY_CAPTIONS', 'DOMINANT_STATE', 'OPS', 'RELS', 'ANCHOR_POOL',
-           'DOOR_POOL', 'F2_POOL', 'DOOR_PAST', 'LLM_PROMPT', 'METHODS', 'item', 'render_clause', 'parse_caption',
-           'PlanError', 'PlanNode', 'PlanDAG', 'FrameAnn', 'SyntheticVideo', 'generate_video', 'Question',
-           'anchor_phrase', 'generate_questions', 'FlatPlanner', 'TemplatePlanner', 'HeuristicPlanner',
+           'DOOR_POOL', 'F2_POOL', 'DOOR_PAST', 'LLM_PROMPT', 'METHODS', 'STOPWORDS', 'item', 'render_clause',
+           'parse_caption', 'PlanError', 'PlanNode', 'PlanDAG', 'FrameAnn', 'SyntheticVideo', 'generate_video',
+           'Question', 'anchor_phrase', 'generate_questions', 'FlatPlanner', 'TemplatePlanner', 'HeuristicPlanner',
            'plan_signature', 'LLMPlanner', 'embed_cached', 'EdgeIndex', 'Evidence', 'retrieves', 'EdgeExecutor',
-           'CloudReasoner', 'uniform_frames', 'strip_relations', 'question_rng', 'safe_plan', 'run_method',
-           'pareto_table', 'load_captions', 'retrieve']
+           'CloudReasoner', 'KeywordIndex', 'edge_view', 'event_recall', 'gold_frames', 'uniform_frames',
+           'strip_relations', 'question_rng', 'safe_plan', 'run_method', 'pareto_table', 'load_captions', 'retrieve']
 
 # %% ../nbs/11_scope.ipynb #9b45fdfe
 COLORS = ("red", "blue", "green", "white", "black", "yellow")
@@ -289,6 +289,8 @@ class FrameAnn:
     t: int                                        # frame index (seconds)
     entities: list = field(default_factory=list)  # states in view: items (see `item`)
     events: list = field(default_factory=list)    # what happens in this frame: items
+    # the instance id of each event (aligned with `events`): one event lasting several frames keeps one id
+    ids: list = field(default_factory=list)
     @property
     def items(self)->list: return self.events + self.entities
 
@@ -333,17 +335,23 @@ def _layout(lengths:Sequence[int], T:int, gap:int, rng)->list:
         pos += int(extra[j]); starts[b] = pos; pos += lengths[b] + gap
     return starts
 
-def _plant(T:int, families:Sequence[str], n:int, follow:int, rng, gap:int=3)->tuple[list, dict]:
+def _plant(T:int, families:Sequence[str], n:int, follow:int, rng, gap:int=3,
+           dur:tuple=(1, 1), rng_dur=None)->tuple[list, dict]:
     ("Choose the question structures and lay them out: returns the plants and the events of each "
-     "frame.")
+     "frame, as {frame: [(item, event id), ...]}.")
     anchors = [ANCHOR_POOL[i] for i in rng.permutation(len(ANCHOR_POOL))]
     doors = [DOOR_POOL[i] for i in rng.permutation(len(DOOR_POOL))]
     f2s = [F2_POOL[i] for i in rng.permutation(len(F2_POOL))]
     singles = [SINGLETONS[i] for i in rng.permutation(len(SINGLETONS))]
-    # a block: its length, its events at offsets, and the plant fields its start fixes
+    # every event lasts a duration drawn from `dur` on its own stream: the structures (events,
+    # colours, counts, wording) are the same for any `dur`, only lengths and positions change
+    rd = rng_dur if rng_dur is not None else np.random.default_rng(0)
+    D = lambda: int(rd.integers(dur[0], dur[1] + 1))
+    # a block: its length, its events as (offset, duration, item), the plant fields its start
+    # fixes (frame offsets), and `spans`: the (offset, duration) of each gold event it holds
     plants, blocks = [], []
-    block = lambda length, events, plant=None, **fields: blocks.append(
-        dict(length=length, events=events, plant=plant, fields=fields)
+    block = lambda length, events, plant=None, spans=(), **fields: blocks.append(
+        dict(length=length, events=events, plant=plant, fields=fields, spans=list(spans))
     )
     for fam in FAMILIES:
         if fam not in families: continue
@@ -354,10 +362,13 @@ def _plant(T:int, families:Sequence[str], n:int, follow:int, rng, gap:int=3)->tu
                     ("AFTER", "BEFORE")[int(rng.integers(2))],
                     str(rng.choice(COLORS)),
                 )
-                d, tkind = int(rng.integers(4, follow + 1)), (
+                # g: frames from the end of the first event to the start of the second
+                g, tkind = int(rng.integers(4, follow + 1)), (
                     "leaves" if rel == "AFTER" else "arrives"
                 )
-                oa, ot = (0, d) if rel == "AFTER" else (follow, follow - d)
+                da, db = D(), D()                                 # anchor, target durations
+                L = da + db + follow - 1                          # block length
+                oa, ot = (0, da - 1 + g) if rel == "AFTER" else (follow + db - 1, follow - g)
                 dcol = [
                     str(c) for c in rng.choice([c for c in COLORS if c != color], 2, replace=False)
                 ]
@@ -370,43 +381,50 @@ def _plant(T:int, families:Sequence[str], n:int, follow:int, rng, gap:int=3)->tu
                         color=color,
                         decoy_colors=dcol,
                         follow=follow,
+                        within=L,   # every anchor frame reaches every target frame within L
                     )
                 )
                 block(
-                    follow + 1,
-                    [(oa, item(k, p, object=o)), (ot, item(tkind, "car", color=color))],
+                    L,
+                    [(oa, da, item(k, p, object=o)), (ot, db, item(tkind, "car", color=color))],
                     plants[-1],
+                    spans=[(oa, da), (ot, db)],
                     t_anchor=oa,
                     t_target=ot,
                 )
                 # decoys: the same car event elsewhere
-                for c in dcol: block(1, [(0, item(tkind, "car", color=c))])
+                for c in dcol:
+                    d = D(); block(d, [(0, d, item(tkind, "car", color=c))])
             elif fam == "F2":
                 (v, c), x, k = f2s.pop(), str(rng.choice(CROSSERS)), int(rng.integers(0, 4))
-                # anchors and crossings at least 4 frames apart
-                L = 4*(k + 1) + int(rng.integers(0, 5))
-                extra = np.sort(rng.integers(0, L - 4*(k + 1) + 1, size=k))
-                oc = [4*(j + 1) + int(extra[j]) for j in range(k)]
+                # arrival, k crossings, leaving: 4 to 6 frames between consecutive events
+                gaps = [4 + int(rng.integers(0, 3)) for _ in range(k + 1)]
+                d1, dc, d2 = D(), [D() for _ in range(k)], D()
+                oc, pos = [], d1 - 1
+                for j in range(k): oc.append(pos + gaps[j]); pos = oc[-1] + dc[j] - 1
+                o2 = pos + gaps[k]
                 plants.append(dict(family="F2", vehicle=v, color=c, crosser=x, count=k))
                 block(
-                    L + 1,
-                    [(0, item("arrives", v, color=c)), (L, item("leaves", v, color=c))]
-                    + [(o, item("crosses", x)) for o in oc],
+                    o2 + d2,
+                    [(0, d1, item("arrives", v, color=c)), (o2, d2, item("leaves", v, color=c))]
+                    + [(o, d, item("crosses", x)) for o, d in zip(oc, dc)],
                     plants[-1],
+                    spans=[(0, d1), (o2, d2), *zip(oc, dc)],
                     t1=0,
-                    t2=L,
+                    t2=o2,
                     t_cross=oc,
                 )
-                block(1, [(0, item("crosses", x))])  # a decoy crossing elsewhere
+                d = D(); block(d, [(0, d, item("crosses", x))])  # a decoy crossing elsewhere
             elif fam == "F3":
                 a, b = anchors.pop(), anchors.pop()
                 plants.append(dict(family="F3", a=a, b=b))
-                block(1, [(0, item(a[0], a[1], object=a[2]))], plants[-1], t_a=0)
-                block(1, [(0, item(b[0], b[1], object=b[2]))], plants[-1], t_b=0)
+                da, db = D(), D()
+                block(da, [(0, da, item(a[0], a[1], object=a[2]))], plants[-1], [(0, da)], t_a=0)
+                block(db, [(0, db, item(b[0], b[1], object=b[2]))], plants[-1], [(0, db)], t_b=0)
             elif fam == "F4":
                 (k, p), o = doors.pop(), str(rng.choice(SMALL))
                 plants.append(dict(family="F4", kind=k, person=p, carried=o))
-                block(1, [(0, item(k, p, carried=o))], plants[-1], t=0)
+                d = D(); block(d, [(0, d, item(k, p, carried=o))], plants[-1], [(0, d)], t=0)
             else:
                 obj, color = singles.pop(), str(rng.choice(COLORS))
                 plants.append(
@@ -414,27 +432,25 @@ def _plant(T:int, families:Sequence[str], n:int, follow:int, rng, gap:int=3)->tu
                         family="F5", obj=obj, color=color, entity=item("visible", obj, color=color)
                     )
                 )
-                block(1, [], plants[-1], t=0)
-    for _ in range(T // 60):  # unrelated events: cars parking, people crossing
-        block(
-            1,
-            [
-                (
-                    0,
-                    (
-                        item("parks", "car", color=str(rng.choice(COLORS)))
-                        if rng.random() < 0.5
-                        else item("crosses", str(rng.choice(["man", "woman"])))
-                    ),
-                )
-            ],
+                d = D(); block(d, [], plants[-1], [(0, d)], t=0)
+    for _ in range(T // 100):  # unrelated events: cars parking, people crossing
+        ev_u = (
+            item("parks", "car", color=str(rng.choice(COLORS)))
+            if rng.random() < 0.5
+            else item("crosses", str(rng.choice(["man", "woman"])))
         )
-    ev = {}
+        d = D(); block(d, [(0, d, ev_u)])
+    ev, eid = {}, 0
     for b, s in zip(blocks, _layout([b["length"] for b in blocks], T, gap, rng)):
-        for off, it in b["events"]: ev.setdefault(s + off, []).append(it)
+        for off, d, it in b["events"]:
+            for t in range(s + off, s + off + d): ev.setdefault(t, []).append((it, eid))
+            eid += 1
         for name, off in b["fields"].items():
             b["plant"][name] = [s + o for o in off] if isinstance(off, list) else s + off
+        if b["plant"] is not None:
+            b["plant"].setdefault("spans", []).extend((s + o, s + o + d) for o, d in b["spans"])
     return plants, ev
+
 
 # %% ../nbs/11_scope.ipynb #42016a00
 def generate_video(T:int=600,              # frames (one per second)
@@ -447,6 +463,8 @@ def generate_video(T:int=600,              # frames (one per second)
                    p_omit:float=0.15,      # edge noise: small object said as "something"
                    # F1: the target event is 4 to `follow` frames after (before) the key event
                    follow:int=10,
+                   # every planted and unrelated event lasts a uniform draw from (lo, hi) frames
+                   dur:tuple=(1, 1),
                    # generator seed; same seed and other rho_dom: same video but the distractor
                    seed:int=0,
                   )->SyntheticVideo:
@@ -467,7 +485,11 @@ def generate_video(T:int=600,              # frames (one per second)
             f"n_per_family must be in 0..10 (unique key events run out), got {n_per_family}"
         )
     if not 4 <= follow <= 60: raise ValueError(f"follow must be in 4..60 frames, got {follow}")
-    plants, ev = _plant(int(T), families, n_per_family, follow, np.random.default_rng([seed, 0]))
+    if (len(dur) != 2 or not all(isinstance(x, (int, np.integer)) for x in dur)
+            or not 1 <= dur[0] <= dur[1]):
+        raise ValueError(f"dur must be (lo, hi) integer frames with 1 <= lo <= hi, got {dur!r}")
+    plants, ev = _plant(int(T), families, n_per_family, follow, np.random.default_rng([seed, 0]),
+                        dur=tuple(int(x) for x in dur), rng_dur=np.random.default_rng([seed, 6]))
     rb = np.random.default_rng([seed, 1])                              # background states
     walk, walker, carry, carried = (
         rb.random(T) < 0.2, rb.integers(0, 3, T), rb.random(T) < 0.5, rb.integers(0, len(SMALL), T)
@@ -475,7 +497,9 @@ def generate_video(T:int=600,              # frames (one per second)
     dog, bus, bus_col = rb.random(T) < 0.15, rb.random(T) < 0.1, rb.integers(0, len(COLORS), T)
     rd = np.random.default_rng([seed, 2])  # the dominant distractor: its own stream
     u_dom, dom_col = rd.random(T), rd.integers(0, len(COLORS), T)
-    singles = {p["t"]: p["entity"] for p in plants if p["family"] == "F5"}
+    singles = {  # F5: the object is in view for its whole span
+        t: p["entity"] for p in plants if p["family"] == "F5" for a, b in p["spans"] for t in range(a, b)
+    }
     anns, caps = [], []
     for t in range(T):
         ents = []
@@ -486,7 +510,7 @@ def generate_video(T:int=600,              # frames (one per second)
         if dog[t]: ents.append(item("rests", "dog"))
         if bus[t]: ents.append(item("waits", "bus", color=COLORS[bus_col[t]]))
         if t in singles: ents.append(singles[t])
-        events = ev.get(t, [])
+        events, ids = [it for it, _ in ev.get(t, [])], [i for _, i in ev.get(t, [])]
         rf = np.random.default_rng([seed, 3, t])  # wording and noise of this frame
         clauses = [render_clause(it, rf, p_attr, p_omit) for it in events + ents]
         clauses = [clauses[i] for i in rf.permutation(len(clauses))]
@@ -501,11 +525,11 @@ def generate_video(T:int=600,              # frames (one per second)
             )
             ents.append(dom)
         if not clauses: clauses = [EMPTY_CAPTIONS[int(rf.integers(len(EMPTY_CAPTIONS)))]]
-        anns.append(FrameAnn(t, ents, list(events)))
+        anns.append(FrameAnn(t, ents, events, ids))
         caps.append(". ".join(c[:1].upper() + c[1:] for c in clauses) + ".")
     return SyntheticVideo(anns, caps, seed, float(rho_dom), dominant, plants)
 
-# %% ../nbs/11_scope.ipynb #76494a88
+# %% ../nbs/11_scope.ipynb #efa8945b
 @dataclass
 class Question:
     "A multiple-choice question about one video."
@@ -514,10 +538,12 @@ class Question:
     answer: int            # index of the right option
     family: str            # "F1" .. "F5"
     gold_plan: PlanDAG     # the plan a perfect planner writes
-    gold_evidence: set     # frames the answer needs
+    gold_evidence: set     # frames of the events the answer needs (any one frame of each will do)
     # the steps the cloud reasoner executes (dicts aligned with the gold plan's nodes)
     program: list
     qid: str               # unique id: video seed, family, index
+    # the gold events as (start, end) frame spans, end exclusive; the answer needs a frame of each
+    gold_events: list = field(default_factory=list)
 
 def anchor_phrase(kind:str, person:str, obj:str|None=None)->str:
     "Canonical words of a key event, e.g. 'the man drops his keys'."
@@ -570,7 +596,7 @@ def _plan_f5(obj:str)->PlanDAG:
         ]
     )
 
-# %% ../nbs/11_scope.ipynb #36e44d66
+# %% ../nbs/11_scope.ipynb #ae864142
 def _colour_options(right:str, decoys:Sequence[str], rng)->list:
     rest = [c for c in COLORS if c != right and c not in decoys]
     return [right, *decoys, *[str(c) for c in rng.choice(rest, 3 - len(decoys), replace=False)]]
@@ -609,7 +635,7 @@ def generate_questions(video:SyntheticVideo,                 # from `generate_vi
                 dict(id="n1", op="LOCATE", match=dict(kind=k, subject=person, object=obj)),
                 dict(
                     id="n2", op="LOCATE", match=dict(kind=p["target"], subject="car"), rel=p["rel"],
-                    parent="n1", within=p["follow"],
+                    parent="n1", within=p["within"],
                 ),
                 dict(id="n3", op="ATTRIBUTE", parent="n2", attr="color"),
             ]
@@ -696,14 +722,16 @@ def generate_questions(video:SyntheticVideo,                 # from `generate_vi
             right = opts[0] if p["t_a"] < p["t_b"] else opts[1]
         else:
             opts = [opts[j] for j in rng.permutation(len(opts))] if fam != "F2" else opts
+        spans = sorted(tuple(x) for x in p["spans"])
         out.append(
             Question(
-                text, opts, opts.index(right), fam, plan, set(ev), prog, f"s{video.seed}-{fam}-{i}"
+                text, opts, opts.index(right), fam, plan,
+                {t for a, b in spans for t in range(a, b)}, prog, f"s{video.seed}-{fam}-{i}", spans,
             )
         )
     return out
 
-# %% ../nbs/11_scope.ipynb #fa7e6237
+# %% ../nbs/11_scope.ipynb #01503329
 class FlatPlanner:
     "The one-node plan LOCATE(question) -> ANSWER: SCOPE with it is flat similarity top-B."
     name = "flat"
@@ -777,7 +805,7 @@ class TemplatePlanner:
             if fam == "F5": return _plan_f5(g[0])
         raise PlanError(f"not a question of the generator's grammar: {question!r}")
 
-# %% ../nbs/11_scope.ipynb #6f38571d
+# %% ../nbs/11_scope.ipynb #ed2f82a9
 _CONNECTIVES = (
     [
         (c, "AFTER")
@@ -870,7 +898,7 @@ class HeuristicPlanner:
         if _sink_op(q) == "COUNT": return PlanDAG([N("n1", "COUNT", _referent(q))])
         return PlanDAG([N("n1", "LOCATE", _referent(q)), N("n2", _sink_op(q), q, "AT", ("n1",))])
 
-# %% ../nbs/11_scope.ipynb #278b84d5
+# %% ../nbs/11_scope.ipynb #d6e41159
 def plan_signature(plan:PlanDAG)->tuple:
     ("Structure of a plan, independent of node names and wording: the sink's (op, rel, sorted "
      "parents' signatures), unfolded.")
@@ -878,7 +906,7 @@ def plan_signature(plan:PlanDAG)->tuple:
     sig = lambda n: (n.op, n.rel, tuple(sorted(sig(by[p]) for p in n.parents)))
     return (len(plan.nodes), sig(plan.sink))
 
-# %% ../nbs/11_scope.ipynb #8fef1edf
+# %% ../nbs/11_scope.ipynb #36e44d66
 LLM_PROMPT = """You plan how to search a long video for the evidence that answers a question. Write one node per line:
 id | op | text | rel | parents
 op is one of LOCATE, ATTRIBUTE, COUNT, ORDER, EXISTS. rel is one of NONE, AT, AFTER, BEFORE, BETWEEN.
@@ -967,7 +995,7 @@ class LLMPlanner:
         self.last_valid = ok
         return p
 
-# %% ../nbs/11_scope.ipynb #1cc9940a
+# %% ../nbs/11_scope.ipynb #db14313e
 _EMB_CACHE: dict = {}
 
 def embed_cached(texts:Sequence[str],          # sentences
@@ -1029,7 +1057,7 @@ class EdgeIndex:
             self._q[text] = q / max(float(np.linalg.norm(q)), 1e-12)
         return self.E @ self._q[text]
 
-# %% ../nbs/11_scope.ipynb #7f7f7e5d
+# %% ../nbs/11_scope.ipynb #26ea1383
 @dataclass
 class Evidence:
     "What the edge uploads for one plan, and why."
@@ -1056,7 +1084,10 @@ class EdgeExecutor:
                  # r_nms: a frame within this many frames of a kept one is skipped (0: off)
                  nms:int=2,
                  kappa:float=0.3,      # COUNT nodes keep frames whose own cosine is at least this
-                 pairs:int=3):  # BETWEEN: the intervals of this many best pairs of parent frames
+                 pairs:int=3,   # BETWEEN: the intervals of this many best pairs of parent frames
+                 # relevance margin: a LOCATE/ATTRIBUTE/EXISTS node keeps frames whose own cosine is
+                 # within delta of the best in its window (None: off, plain top-m_v)
+                 delta:float|None=0.25):
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be an integer >= 1 frame, got {budget!r}")
         if not isinstance(window, (int, np.integer)) or window < 1:
@@ -1067,9 +1098,12 @@ class EdgeExecutor:
             raise ValueError(f"kappa is a cosine threshold in [-1, 1], got {kappa}")
         if not isinstance(pairs, (int, np.integer)) or pairs < 1:
             raise ValueError(f"pairs must be an integer >= 1, got {pairs!r}")
+        if delta is not None and not 0 <= delta <= 2:
+            raise ValueError(f"delta is a cosine margin in [0, 2] or None, got {delta}")
         self.budget, self.window, self.nms, self.kappa, self.pairs = (
             int(budget), int(window), int(nms), float(kappa), int(pairs)
         )
+        self.delta = None if delta is None else float(delta)
 
     def allocate(self, plan:PlanDAG)->dict:
         "m_v for each retrieving node of `plan` (see the budget split above)."
@@ -1123,7 +1157,7 @@ class EdgeExecutor:
                 prior[r] = np.where(mask[r], np.maximum(prior[r], ga), ga); mask[r] = True
         return mask, prior
 
-# %% ../nbs/11_scope.ipynb #be8fbbe7
+# %% ../nbs/11_scope.ipynb #2c1f43da
 @patch
 def run(self:EdgeExecutor, plan:PlanDAG, index:EdgeIndex)->Evidence:
     ("Execute `plan` node by node in topological order; return the frames to upload and each "
@@ -1143,6 +1177,8 @@ def run(self:EdgeExecutor, plan:PlanDAG, index:EdgeIndex)->Evidence:
         s = index.score(n.text)                                # cos(psi(text_v), phi_e(f_t)), (T,)
         cand = np.flatnonzero(mask)
         if n.op == "COUNT": cand = cand[s[cand] >= self.kappa]
+        elif self.delta is not None and len(cand):             # relevance margin: no filler frames
+            cand = cand[s[cand] >= s[cand].max() - self.delta]
         g = s + prior                                          # path score g_v, (T,)
         cand = cand[np.argsort(-g[cand], kind="stable")]       # best first, ties by time
         picked, blocked = [], np.zeros(T, bool)
@@ -1158,9 +1194,16 @@ def run(self:EdgeExecutor, plan:PlanDAG, index:EdgeIndex)->Evidence:
         ev.anchors[n.id] = picked[0] if picked else None
     return ev
 
-# %% ../nbs/11_scope.ipynb #c2961d1a
+# %% ../nbs/11_scope.ipynb #a5dc015e
 def _match(it: dict, pattern: dict) -> bool:
     return all(it.get(k) == v for k, v in pattern.items() if v is not None)
+
+
+def _event_id(f: FrameAnn, it: dict, t: int):
+    "The instance id of item `it` in frame `f` (the frame itself when `f` carries no ids)."
+    for j, e in enumerate(f.events):
+        if e is it and j < len(f.ids): return ("id", f.ids[j])
+    return ("t", t)
 
 
 class CloudReasoner:
@@ -1192,7 +1235,10 @@ class CloudReasoner:
                 a, b = (env.get(p) for p in st["parents"])
                 if a is None or b is None: return None
                 lo, hi = min(a, b), max(a, b)
-                value = str(len({t for t, _ in hits(st["match"], lambda t: lo < t < hi)}))
+                # distinct events, not frames: an event seen in several frames keeps its id
+                value = str(len({
+                    _event_id(frames[t], it, t) for t, it in hits(st["match"], lambda t: lo < t < hi)
+                }))
             elif op == "ORDER":
                 a, b = (env.get(p) for p in st["parents"])
                 if a is None or b is None or a == b: return None
@@ -1205,8 +1251,57 @@ class CloudReasoner:
         i = self.execute(q, frames)
         return (int(rng.integers(len(q.options))), True) if i is None else (i, False)
 
-# %% ../nbs/11_scope.ipynb #99ad07a7
-METHODS = ("scope", "similarity_topk", "cloud_uniform", "cloud_all", "edge_only", "gold_evidence")
+# %% ../nbs/11_scope.ipynb #326f46d9
+METHODS = (
+    "scope", "similarity_topk", "keyword_topk", "cloud_uniform", "cloud_all", "edge_only",
+    "gold_evidence",
+)
+STOPWORDS = frozenset(
+    "a an the is was are were be of to in on at by and or that which who what how many much did does"
+    " do right just immediately shortly soon after before between first earlier later happened came"
+    " colour color his her their its it this these those there with from".split()
+)
+
+class KeywordIndex:
+    ("The shortcut control's index: a frame scores the number of the query's content words its "
+     "caption contains (no encoder, no plan).")
+    def __init__(self, captions:Sequence[str]):   # one caption per frame
+        self.captions = list(captions)
+        self._w = [set(re.findall(r"[a-z]+", c.lower())) for c in self.captions]
+        self._n = np.array([len(w) for w in self._w], float)
+    @property
+    def T(self) -> int:
+        return len(self.captions)
+    def score(self, text:str)->np.ndarray:
+        "Shared content words of `text` and each caption, less 0.001 per caption word (ties), (T,)."
+        q = set(re.findall(r"[a-z]+", text.lower())) - STOPWORDS
+        return np.array([len(q & w) for w in self._w], float) - 1e-3*self._n
+
+def edge_view(captions:Sequence[str])->dict:
+    ("The edge's own perception of every frame: parsed captions, an item seen in consecutive frames "
+     "(same kind and subject) kept as one event (one id).")
+    out, prev, nxt = {}, {}, 0
+    for t, c in enumerate(captions):
+        items, ids, cur = parse_caption(c), [], {}
+        for it in items:
+            key = (it["kind"], it["subject"])
+            if key in prev: i = prev[key]
+            else: i, nxt = nxt, nxt + 1
+            cur[key] = i; ids.append(i)
+        out[t], prev = FrameAnn(t, [], items, ids), cur
+    return out
+
+def event_recall(U:Sequence[int], q:Question)->float:
+    "Share of the question's gold events with at least one uploaded frame."
+    if not q.gold_events: return len(set(U) & q.gold_evidence)/len(q.gold_evidence)
+    u = np.sort(np.asarray(list(U), int))
+    hit = [bool(((u >= a) & (u < b)).any()) for a, b in q.gold_events]
+    return float(np.mean(hit))
+
+def gold_frames(q:Question)->list:
+    "One frame per gold event (its middle): the smallest upload that answers `q`."
+    if not q.gold_events: return sorted(q.gold_evidence)
+    return sorted({(a + b - 1)//2 for a, b in q.gold_events})
 
 def uniform_frames(T:int, B:int)->list:
     "B evenly spaced frames of T (all frames when B >= T)."
@@ -1236,7 +1331,7 @@ def safe_plan(planner, question:str)->tuple[PlanDAG, bool]:
     except PlanError:
         return FlatPlanner().plan(question), False
 
-# %% ../nbs/11_scope.ipynb #ae17f3ab
+# %% ../nbs/11_scope.ipynb #d66f6552
 def run_method(name:str,                  # one of `METHODS`
                # the video (its captions for the edge, its annotations for the cloud)
                video:SyntheticVideo,
@@ -1249,6 +1344,7 @@ def run_method(name:str,                  # one of `METHODS`
                window:int=30,             # Delta, frames
                nms:int=2,                 # r_nms, frames
                kappa:float=0.3,           # COUNT threshold
+               delta:float|None=0.25,     # scope's relevance margin (see `EdgeExecutor`)
                b_frame:int=60_000,        # bytes per uploaded frame (an assumed JPEG size)
                embedder:Callable|None=None, # for a new index; None means MiniLM
                seed:int=0,                # abstention guesses
@@ -1257,7 +1353,8 @@ def run_method(name:str,                  # one of `METHODS`
      "recall and plan validity.")
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}")
-    if name in ("scope", "similarity_topk", "cloud_uniform"):
+    budgeted = ("scope", "similarity_topk", "keyword_topk", "cloud_uniform")
+    if name in budgeted:
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
             raise ValueError(f"budget must be an integer >= 1 frame, got {budget!r}")
     if plans is not None and len(plans) != len(questions):
@@ -1265,12 +1362,14 @@ def run_method(name:str,                  # one of `METHODS`
     T, cloud = video.T, CloudReasoner()
     if name in ("scope", "similarity_topk") and index is None:
         index = EdgeIndex(video.edge_captions, embedder=embedder)
-    if name == "edge_only":
-        edge_view = {
-            t: FrameAnn(t, [], parse_caption(c)) for t, c in enumerate(video.edge_captions)
-        }
+    if name == "keyword_topk": kindex = KeywordIndex(video.edge_captions)
+    if name == "edge_only": eview = edge_view(video.edge_captions)
     planner = planner if planner is not None else TemplatePlanner()
-    ex = EdgeExecutor(budget if name in ("scope", "similarity_topk") else 1, window, nms, kappa)
+    # the flat baselines are plain top-B: the relevance margin is part of SCOPE's nodes
+    ex = EdgeExecutor(
+        budget if name in budgeted else 1, window, nms, kappa,
+        delta=delta if name == "scope" else None,
+    )
     rows = []
     for i, q in enumerate(questions):
         valid, text = True, 0
@@ -1281,24 +1380,27 @@ def run_method(name:str,                  # one of `METHODS`
                 else (FlatPlanner().plan(q.text), True)
             )
             U, text = ex.run(plan, index).frames, len(plan.to_lines().encode())
+        elif name == "keyword_topk":
+            plan = FlatPlanner().plan(q.text)
+            U, text = ex.run(plan, kindex).frames, len(plan.to_lines().encode())
         elif name == "cloud_uniform": U = uniform_frames(T, budget)
         elif name == "cloud_all": U = list(range(T))
-        elif name == "gold_evidence": U = sorted(q.gold_evidence)
+        elif name == "gold_evidence": U = gold_frames(q)
         else: U = []
-        view = edge_view if name == "edge_only" else {t: video.anns[t] for t in U}
+        view = eview if name == "edge_only" else {t: video.anns[t] for t in U}
         choice, abstained = cloud.answer(q, view, question_rng(q, seed))
         rows.append(
             dict(
                 method=name,
-                budget=int(budget) if name in ("scope", "similarity_topk", "cloud_uniform") else 0,
+                budget=int(budget) if name in budgeted else 0,
                 video=video.seed, qid=q.qid, family=q.family, correct=float(choice == q.answer),
                 abstained=abstained, frames=len(U), bytes=len(U) * b_frame + text,
-                recall=len(set(U) & q.gold_evidence) / len(q.gold_evidence), plan_valid=valid,
+                recall=event_recall(U, q), plan_valid=valid,
             )
         )
     return pd.DataFrame(rows)
 
-# %% ../nbs/11_scope.ipynb #afa7203b
+# %% ../nbs/11_scope.ipynb #13d960fb
 def pareto_table(
     df: pd.DataFrame,  # rows of `run_method` (a `label` column, if any, names the variants)
     exclude: Sequence[str] = ("gold_evidence",),  # methods left out (oracles)
@@ -1318,7 +1420,7 @@ def pareto_table(
     ]
     return t.assign(on_front=[not d for d in dominated])
 
-# %% ../nbs/11_scope.ipynb #34ab881c
+# %% ../nbs/11_scope.ipynb #40fb24f1
 def load_captions(path:str|Path)->list[str]:  # one caption per frame, in frame order
     ("Read per-frame captions: a .json list of strings (or {'captions': [...]}) or a text file "
      "with one caption per line.")
@@ -1352,9 +1454,10 @@ def retrieve(question:str,                 # the question
              budget:int=8,                 # B
              planner=None,                 # None means HeuristicPlanner
              window:int=30, nms:int=2, kappa:float=0.3,
+             delta:float|None=0.25,        # relevance margin of the plan's nodes
              embedder:Callable|None=None,  # None means MiniLM
             )->tuple[PlanDAG, Evidence]:
     "Plan `question` and pick at most `budget` frames of a captioned video to upload."
     index = captions if isinstance(captions, EdgeIndex) else EdgeIndex(captions, embedder=embedder)
     plan, _ = safe_plan(planner if planner is not None else HeuristicPlanner(), question)
-    return plan, EdgeExecutor(budget, window, nms, kappa).run(plan, index)
+    return plan, EdgeExecutor(budget, window, nms, kappa, delta=delta).run(plan, index)

@@ -10,13 +10,19 @@ from maspob_etal.scope import (
     COLORED, COLORS, FAMILIES, SMALL, SUBJECTS, TEMPLATES, CloudReasoner, EdgeExecutor, EdgeIndex, FlatPlanner, FrameAnn,
     HeuristicPlanner, LLMPlanner, PlanDAG, PlanError, PlanNode, TemplatePlanner, generate_questions, generate_video, item,
     load_captions, parse_caption, pareto_table, plan_signature, question_rng, render_clause, retrieve, run_method, safe_plan,
-    strip_relations, uniform_frames)
+    strip_relations, uniform_frames, KeywordIndex, Question, edge_view, event_recall, gold_frames)
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent  # noqa: E402
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 N = PlanNode
+
+
+def content_bow(texts, d=256):
+    "`bow` over content words only (no articles or copulas): a clean toy encoder for the relevance margin."
+    stop = {"a", "an", "the", "is", "his", "her", "their"}
+    return bow([" ".join(w for w in re.findall(r"[a-z]+", t.lower()) if w not in stop) for t in texts], d)
 
 
 def bow(texts, d=256):
@@ -54,6 +60,54 @@ def test_gold_frames_are_spread_and_structures_do_not_overlap(small_world):
             assert all(b - a >= 4 for a, b in zip(g, g[1:])), (q.qid, g)
         events = [t for t, a in enumerate(v.anns) if a.events]
         assert all(b - a >= 4 for a, b in zip(events, events[1:]))       # planted blocks keep 3 free frames between them
+
+
+@pytest.mark.parametrize("dur", [(5, 30), (30, 30)])
+def test_events_that_last(dur):
+    "Every gold event lasts a duration in `dur`; events of a question are 4+ frames apart; every frame, or one per event, answers."
+    cr = CloudReasoner()
+    for s in range(3):
+        v = generate_video(T=1500, n_per_family=2, dur=dur, seed=s)
+        qs = generate_questions(v)
+        assert [q.text for q in qs] == [q.text for q in generate_questions(generate_video(T=1500, n_per_family=2, seed=s))]
+        allf = {a.t: a for a in v.anns}
+        for q in qs:
+            sp = q.gold_events
+            assert all(dur[0] <= b - a <= dur[1] for a, b in sp), (q.qid, sp)
+            assert all(c - (b - 1) >= 4 for (a, b), (c, d) in zip(sp, sp[1:])), (q.qid, sp)
+            assert q.gold_evidence == {t for a, b in sp for t in range(a, b)}
+            for a, b in sp: assert all(allf[t].events or allf[t].entities for t in range(a, b))
+            assert cr.execute(q, allf) == q.answer, q.qid                              # cloud_all is perfect
+            assert cr.execute(q, {t: v.anns[t] for t in gold_frames(q)}) == q.answer    # one frame per event is enough
+            assert len(gold_frames(q)) == len(sp)
+
+
+def test_count_counts_events_not_frames():
+    "A crossing that lasts several frames counts once, for the cloud (ids) and for the edge (consecutive frames linked)."
+    v = generate_video(T=1500, n_per_family=3, dur=(10, 10), seed=4)
+    cr = CloudReasoner()
+    for q in generate_questions(v, families=("F2",)):
+        got = cr.execute(q, {t: v.anns[t] for t in q.gold_evidence})                  # every frame of every event
+        assert got == q.answer and q.options[q.answer] == str(len(q.gold_events) - 2)
+    caps = ["A dog crosses the street."]*3 + ["The street is quiet."] + ["A dog runs across the street. A man waves."]*2
+    assert [f.ids for f in edge_view(caps).values()] == [[0], [0], [0], [], [1, 2], [1, 2]]
+    dog = item("crosses", "dog")
+    prog = [dict(id="n1", op="LOCATE", match=dict(kind="arrives", subject="bus")), dict(id="n2", op="LOCATE", match=dict(kind="leaves", subject="bus")),
+            dict(id="n3", op="COUNT", parents=("n1", "n2"), match=dict(kind="crosses", subject="dog"))]
+    qc = Question("q", ["0", "1", "2", "3"], 2, "F2", None, set(), prog, "c")
+    fr = {1: FrameAnn(1, [], [item("arrives", "bus", color="red")], [7]), 4: FrameAnn(4, [], [dog], [8]), 5: FrameAnn(5, [], [dog], [8]),
+          6: FrameAnn(6, [], [dog], [8]), 9: FrameAnn(9, [], [dog], [9]), 12: FrameAnn(12, [], [item("leaves", "bus", color="red")], [10])}
+    assert cr.execute(qc, fr) == 2                                                     # ids 8 and 9: two crossings, four frames
+    for f in fr.values(): f.ids = []
+    assert cr.execute(qc, fr) is None                                                  # without ids every frame counts: 4 is no option
+
+
+def test_event_recall_keyword_index_known_values():
+    q = Question("q", ["a"], 0, "F1", None, {3, 4, 5, 10, 11}, [], "r", [(3, 6), (10, 12)])
+    assert event_recall([], q) == 0 and event_recall([5], q) == 0.5 and event_recall([4, 11, 30], q) == 1.0
+    assert event_recall([6, 9, 12], q) == 0.0 and gold_frames(q) == [4, 10]
+    ki = KeywordIndex(["A man drops his keys.", "The street is quiet.", "A man waves. A dog drops nothing."])
+    assert np.allclose(ki.score("What did the man drop after the keys fell?"), [2 - 0.005, -0.004, 1 - 0.006])   # distinct words
 
 
 def test_empty_upload_is_chance():
@@ -230,7 +284,7 @@ def test_path_score_known_values():
     emb = lambda texts: np.array([vec[t] if t in vec else ([1.0, 0, 0] if t == "X" else [0, 1.0, 0]) for t in texts])
     idx = EdgeIndex(caps, embedder=emb)
     g = PlanDAG([N("n1", "LOCATE", "X"), N("n2", "LOCATE", "Y", "AFTER", ("n1",)), N("n3", "ANSWER", "q", "AT", ("n2",))])
-    ev = EdgeExecutor(4, window=5, nms=0).run(g, idx)
+    ev = EdgeExecutor(4, window=5, nms=0, delta=None).run(g, idx)
     assert ev.per_node["n1"] == [4, 10] and np.allclose(ev.path["n1"], [1.0, 0.6])
     # frame 7 is after 4 (g 1.0): 0.8 + 1.0; frame 13 after 10 (g 0.6): 1.0 + 0.6; frame 5 (quiet, after 4): 0 + 1.0
     assert ev.per_node["n2"] == [7, 13] and np.allclose(ev.path["n2"], [1.8, 1.6])
@@ -272,7 +326,7 @@ def test_budget_caps_the_upload_when_the_split_exceeds_it():
 def test_reductions_and_bytes(small_world):
     v, qs = small_world[0]
     idx = EdgeIndex(v.edge_captions, embedder=bow)
-    flat = run_method("scope", v, qs, 8, planner=FlatPlanner(), index=idx)
+    flat = run_method("scope", v, qs, 8, planner=FlatPlanner(), index=idx, delta=None)
     sim = run_method("similarity_topk", v, qs, 8, index=idx)
     cols = ["correct", "abstained", "frames", "bytes", "recall"]
     pd.testing.assert_frame_equal(flat[cols], sim[cols])                                 # flat SCOPE = similarity top-B
@@ -282,9 +336,9 @@ def test_reductions_and_bytes(small_world):
     sc = run_method("scope", v, qs[:6], 8, index=idx, b_frame=1000)
     for (_, r), q in zip(sc.iterrows(), qs[:6]):
         plan = TemplatePlanner().plan(q.text)
-        U = EdgeExecutor(8).run(plan, idx).frames
+        U = EdgeExecutor(8, delta=0.25).run(plan, idx).frames
         assert r.frames == len(U) and r.bytes == 1000*len(U) + len(plan.to_lines().encode())
-        assert r.recall == len(set(U) & q.gold_evidence)/len(q.gold_evidence)
+        assert r.recall == len(set(U) & q.gold_evidence)/len(q.gold_evidence)        # 1-frame events: frames = events
     assert (run_method("edge_only", v, qs).bytes == 0).all()
 
 
@@ -366,3 +420,23 @@ def test_retrieve_on_a_captions_file(small_world, tmp_path):
     assert caps == v.edge_captions
     plan, ev = retrieve(qs[0].text, caps, budget=6, embedder=bow)
     assert plan == HeuristicPlanner().plan(qs[0].text) and 0 < len(ev.frames) <= 6
+
+
+def test_locate_leaves_spare_slots_empty_instead_of_uploading_filler():
+    "Issue 39: a LOCATE node with more slots than matches uploaded unrelated frames (frame 0 of a quiet video)."
+    quiet = ["The street is quiet."]*100
+    quiet[40], quiet[47] = "A man drops his keys.", "A blue car pulls away."
+    q = "What colour is the car that drives away right after the man drops his keys?"
+    for B in (4, 8, 16):
+        plan, ev = retrieve(q, quiet, budget=B, embedder=content_bow)
+        assert sorted(ev.frames) == [40, 47], (B, ev.frames, ev.per_node)
+        assert ev.per_node["n1"] == [40] and ev.per_node["n2"] == [47]
+    _, ev0 = retrieve(q, quiet, budget=8, embedder=content_bow, delta=None)
+    assert 0 in ev0.frames                                             # the old behaviour: spare slots filled by time order
+    # the baselines stay plain top-B: the margin is part of SCOPE's nodes only
+    v = generate_video(T=300, n_per_family=2, seed=9)
+    qs = generate_questions(v)
+    idx = EdgeIndex(v.edge_captions, embedder=bow)
+    assert (run_method("similarity_topk", v, qs, 8, index=idx).frames == 8).all()
+    assert (run_method("keyword_topk", v, qs, 8, index=idx).frames == 8).all()
+    with pytest.raises(ValueError, match="delta is a cosine margin"): EdgeExecutor(8, delta=-0.1)
