@@ -14,22 +14,20 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .core import parallel_map, progress, require, seed_everything
-require("gnn", "torch_geometric")
-from torch_geometric.nn import GATv2Conv
+from .core import parallel_map, progress, seed_everything
 
 from fastcore.basics import patch
 from .models import embed_texts, generate
 
 # %% auto #0
-__all__ = ['WORKFLOW_TOPOLOGIES', 'STYLE_DIMENSIONS', 'BASE_PROMPTS', 'SURROGATES', 'UCBS', 'SEARCHES', 'SMOL_TOPOLOGY',
-           'SMOL_PLACEHOLDERS', 'METHOD_NAMES', 'check_topology', 'build_edge_index', 'batch_edge_index',
-           'placeholders', 'fill', 'style_variants', 'llm_variants', 'prompt_pools', 'embed_pools', 'check_embeddings',
-           'config_features', 'WorkflowGAT', 'n_params', 'WorkflowMLP', 'matched_mlp_width', 'fit_surrogate',
-           'LinearUCB', 'GreedyUCB', 'NeuralUCB', 'make_ucb', 'coordinate_ascent', 'all_configs', 'exhaustive_search',
-           'History', 'select_best', 'MASPOB', 'ucb_scores', 'random_search', 'independent_ucb', 'GPSurrogate',
-           'gp_ucb', 'SyntheticMAS', 'make_two_hop_qa', 'normalize_answer', 'answer_match', 'SmolMAS', 'run_method',
-           'synthetic_trial', 'run_trials']
+__all__ = ['WORKFLOW_TOPOLOGIES', 'STYLE_DIMENSIONS', 'BASE_PROMPTS', 'SURROGATES', 'UCBS', 'SEARCHES', 'GP_KERNELS',
+           'SMOL_TOPOLOGY', 'SMOL_PLACEHOLDERS', 'METHOD_NAMES', 'check_topology', 'build_edge_index',
+           'batch_edge_index', 'placeholders', 'fill', 'style_variants', 'llm_variants', 'prompt_pools', 'embed_pools',
+           'check_embeddings', 'config_features', 'edge_counts', 'DenseGATv2', 'WorkflowGAT', 'n_params', 'WorkflowMLP',
+           'matched_mlp_width', 'fit_surrogate', 'LinearUCB', 'GreedyUCB', 'NeuralUCB', 'make_ucb', 'coordinate_ascent',
+           'all_configs', 'exhaustive_search', 'History', 'select_best', 'MASPOB', 'ucb_scores', 'random_search',
+           'independent_ucb', 'gp_kernel', 'GPSurrogate', 'gp_ucb', 'lin_ucb', 'SyntheticMAS', 'make_two_hop_qa',
+           'normalize_answer', 'answer_match', 'SmolMAS', 'run_method', 'synthetic_trial', 'run_trials']
 
 # %% ../nbs/01_maspob.ipynb #7fe70f54
 WORKFLOW_TOPOLOGIES = {  # the six benchmark workflows (official code: config/workflow_topology.py)
@@ -463,6 +461,57 @@ class _ScoreScaling:
     def scale_score(self, s): lo, hi = self.score_range; return (s - lo)/(hi - lo)
     def unscale_score(self, s): lo, hi = self.score_range; return s*(hi - lo) + lo
 
+def edge_counts(edge_index:torch.Tensor, # (2, E) long: row 0 sources j, row 1 targets i
+                n_nodes:int,             # N
+               )->torch.Tensor:          # (N, N) float: entry [i, j] = number of edges j -> i
+    "Dense in-edge multiplicities of a graph (a repeated edge counts twice, as in a message sum)."
+    A = torch.zeros(n_nodes, n_nodes)
+    A.index_put_((edge_index[1], edge_index[0]), torch.ones(edge_index.shape[1]), accumulate=True)
+    return A
+
+class DenseGATv2(nn.Module):
+    "GATv2 attention layer on a batch of small dense graphs (Brody et al. 2022), our own code."
+    def __init__(self, in_channels:int,   # input features per node
+                 out_channels:int,        # features per head
+                 heads:int=1,             # attention heads
+                 concat:bool=True,        # concatenate the heads (else average them)
+                 negative_slope:float=0.2, # LeakyReLU slope inside the attention score
+                 dropout:float=0.0,       # dropout on the attention coefficients
+                ):
+        super().__init__()
+        self.heads, self.out_channels, self.concat = heads, out_channels, concat
+        self.negative_slope, self.dropout = negative_slope, dropout
+        self.lin_l = nn.Linear(in_channels, heads*out_channels)   # W_t: applied to the source j
+        self.lin_r = nn.Linear(in_channels, heads*out_channels)   # W_s: applied to the target i
+        self.att = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.bias = nn.Parameter(torch.empty(heads*out_channels if concat else out_channels))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        "Glorot weights and attention vector, uniform(+-1/sqrt(fan_in)) input biases, zero bias."
+        for lin in (self.lin_l, self.lin_r):
+            nn.init.xavier_uniform_(lin.weight)
+            b = 1/math.sqrt(lin.in_features); nn.init.uniform_(lin.bias, -b, b)
+        a = math.sqrt(6.0/(self.heads + self.out_channels)); nn.init.uniform_(self.att, -a, a)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, h:torch.Tensor,     # (B, N, F) node features of B graphs
+                adj:torch.Tensor,         # (N, N) in-edge counts, `edge_counts` (shared by the batch)
+               )->torch.Tensor:           # (B, N, heads*C) if concat else (B, N, C)
+        "Attention over each node's in-neighbours $j$ (adj[i, j] > 0), then the weighted sum."
+        B, N, _ = h.shape; H, C = self.heads, self.out_channels
+        xl = self.lin_l(h).view(B, N, H, C)                       # W_t h_j, the messages
+        xr = self.lin_r(h).view(B, N, H, C)                       # W_s h_i
+        e = F.leaky_relu(xr[:, :, None] + xl[:, None, :], self.negative_slope)  # (B, i, j, H, C)
+        logit = (e*self.att[:, None, None]).sum(-1)               # (B, i, j, H)
+        # multiplicity m_ij: softmax of logit + log m (m = 0 removes the pair)
+        logit = logit + adj.log()[None, :, :, None]
+        alpha = torch.softmax(logit, dim=2).nan_to_num(0.0)       # a node without in-edges gets 0
+        alpha = F.dropout(alpha, self.dropout, self.training)
+        out = torch.einsum("bijh,bjhc->bihc", alpha, xl)          # (B, N, H, C)
+        out = out.reshape(B, N, H*C) if self.concat else out.mean(2)
+        return out + self.bias
+
 class WorkflowGAT(nn.Module, _ScoreScaling):
     ("GATv2 surrogate over the workflow graph: prompt embeddings of a configuration -> predicted "
      "score in [0, 1].")
@@ -488,14 +537,13 @@ class WorkflowGAT(nn.Module, _ScoreScaling):
             nn.Linear(d, d_mid), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_mid, hidden), nn.ReLU()
         )
         self.convs = nn.ModuleList(
-            GATv2Conv(
+            DenseGATv2(
                 hidden if l == 0 else hidden * heads,
                 hidden,
                 heads=heads,
                 concat=(l < layers - 1) or layers == 1,
                 dropout=dropout,
-                add_self_loops=False,
-            )  # self-loops are in edge_index already
+            )
             for l in range(layers)
         )
         out = hidden*heads if layers == 1 else hidden  # last layer averages heads when L > 1
@@ -506,9 +554,9 @@ class WorkflowGAT(nn.Module, _ScoreScaling):
             nn.Linear(hidden, 1),
             nn.Sigmoid(),
         )
-        self.register_buffer(
-            "edge_index", build_edge_index(topology, bidirectional), persistent=False
-        )  # from the topology, not a weight
+        ei = build_edge_index(topology, bidirectional)  # from the topology, not a weight
+        self.register_buffer("edge_index", ei, persistent=False)
+        self.register_buffer("adj", edge_counts(ei, self.n_nodes), persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -527,10 +575,9 @@ class WorkflowGAT(nn.Module, _ScoreScaling):
                 f"expected configurations of shape (B, {self.n_nodes}, {self.d}), got"
                 f" {tuple(x.shape)}"
             )
-        h = self.encoder(x.reshape(B*N, d))                           # (B*N, H)
-        ei = batch_edge_index(self.edge_index, N, B)  # disjoint union of the B graphs
-        for conv in self.convs: h = F.relu(conv(h, ei))               # (B*N, heads*H) or (B*N, H)
-        return self.readout(h.view(B, N, -1).mean(1)).squeeze(-1)     # mean over nodes -> (B,)
+        h = self.encoder(x)                                           # (B, N, H)
+        for conv in self.convs: h = F.relu(conv(h, self.adj))         # (B, N, heads*H) or (B, N, H)
+        return self.readout(h.mean(1)).squeeze(-1)                    # mean over nodes -> (B,)
 
 # %% ../nbs/01_maspob.ipynb #a965992a
 def n_params(model:nn.Module)->int:
@@ -1076,31 +1123,62 @@ def independent_ucb(objective:Callable, # configuration -> score
     return hist
 
 # %% ../nbs/01_maspob.ipynb #74dd634c
+GP_KERNELS = ("additive", "ard", "additive+ard", "iso")
+
+def _block_rbf():
+    "An RBF kernel on one agent's block of columns (scikit-learn has no active dimensions)."
+    from sklearn.gaussian_process.kernels import RBF
+    class BlockRBF(RBF):
+        def __init__(self, start=0, stop=None, length_scale=1.0, length_scale_bounds=(1e-2, 1e2)):
+            super().__init__(length_scale, length_scale_bounds); self.start, self.stop = start, stop
+        def __call__(self, X, Y=None, eval_gradient=False):
+            s = slice(self.start, self.stop)
+            return super().__call__(X[:, s], None if Y is None else Y[:, s], eval_gradient)
+    return BlockRBF
+
+def gp_kernel(n_agents:int,  # N, blocks of the joint feature
+              d:int,         # block width (embedding width)
+              kind:str="additive+ard", # one of GP_KERNELS
+             ):
+    ("Kernel over the joint feature: per-agent RBF blocks, summed (additive), multiplied "
+     "(ARD over agents), both, or one isotropic RBF; plus white noise.")
+    from sklearn.gaussian_process.kernels import ConstantKernel as Amp, RBF, WhiteKernel
+    if kind not in GP_KERNELS: raise ValueError(f"kernel must be one of {GP_KERNELS}, got {kind!r}")
+    BlockRBF, amp = _block_rbf(), lambda: Amp(1.0, (1e-3, 1e3))
+    blocks = lambda: [BlockRBF(i*d, (i + 1)*d) for i in range(n_agents)]
+    add = lambda ks: ks[0] if len(ks) == 1 else add(ks[:-1]) + ks[-1]
+    mul = lambda ks: ks[0] if len(ks) == 1 else mul(ks[:-1]) * ks[-1]
+    terms = []
+    if "additive" in kind: terms += [amp()*b for b in blocks()]        # sum_i s_i^2 k_i(x_i, x_i')
+    if "ard" in kind: terms.append(amp()*mul(blocks()))                # s^2 prod_i k_i(x_i, x_i')
+    if kind == "iso": terms.append(amp()*RBF(1.0, (1e-2, 1e2)))
+    return add(terms) + WhiteKernel(1e-2, (1e-6, 1.0))
+
 class GPSurrogate:
     ("Gaussian-process regression on the flattened joint feature (scikit-learn), with the GP-UCB "
      "acquisition.")
     def __init__(self, seed:int=0,          # seed of the hyperparameter restarts
                  n_restarts:int=2,          # extra marginal-likelihood optimiser starts
+                 kernel:str="additive+ard", # one of GP_KERNELS (see `gp_kernel`)
                 ):
-        from sklearn.gaussian_process import GaussianProcessRegressor
-        from sklearn.gaussian_process.kernels import ConstantKernel, RBF, WhiteKernel
-        kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(1.0, (1e-2, 1e2)) + WhiteKernel(
-            1e-2, (1e-6, 1.0)
-        )
-        self.gp = GaussianProcessRegressor(
-            kernel, normalize_y=True, n_restarts_optimizer=n_restarts, random_state=seed
-        )
+        if kernel not in GP_KERNELS: raise ValueError(f"kernel must be one of {GP_KERNELS}, got {kernel!r}")
+        self.seed, self.n_restarts, self.kind, self.gp = seed, n_restarts, kernel, None
 
     def fit(self, X:torch.Tensor, y)->"GPSurrogate":
         ("Fit kernel hyperparameters and posterior on configurations `X` `(n, N, d)` with scores "
-         "`y` `(n,)`.")
+         "`y` `(n,)`; the previous fit's hyperparameters are one of the starts.")
         import warnings
         from sklearn.exceptions import ConvergenceWarning
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        X = torch.as_tensor(X)
+        k0 = gp_kernel(X.shape[1], X.shape[2], self.kind) if self.gp is None else self.gp.kernel_
+        self.gp = GaussianProcessRegressor(k0, normalize_y=True, n_restarts_optimizer=self.n_restarts,
+                                           random_state=self.seed)
         with warnings.catch_warnings():
             # a hyperparameter at its bound is not an error here
             warnings.simplefilter("ignore", ConvergenceWarning)
             y = np.asarray(y, dtype=np.float64)
-            self.gp.fit(torch.as_tensor(X).flatten(1).double().numpy(), y)
+            self.gp.fit(X.flatten(1).double().numpy(), y)
         self.y_std = float(y.std()) or 1.0  # the scale normalize_y divides by
         return self
 
@@ -1122,6 +1200,7 @@ def gp_ucb(objective:Callable,            # configuration -> score
            beta_sqrt:float=2.0,           # UCB weight of the posterior standard deviation
            search:str="coordinate",  # "coordinate" (one sweep per round, as MASPOB) or "exhaustive"
            n_restarts:int=2,              # GP hyperparameter restarts per fit
+           kernel:str="additive+ard",     # one of GP_KERNELS
           )->History:
     ("GP-UCB on concatenated prompt embeddings, with MASPOB's pretrain draws, search, budget and "
      "selection.")
@@ -1134,7 +1213,8 @@ def gp_ucb(objective:Callable,            # configuration -> score
         hist.add(
             c, _check_score(objective(tuple(c)), c), phase="pretrain", t=time.perf_counter() - t0
         )
-    gp, current = GPSurrogate(seed, n_restarts), list(select_best(hist.configs, hist.scores)[0])
+    gp = GPSurrogate(seed, n_restarts, kernel)
+    current = list(select_best(hist.configs, hist.scores)[0])
     def score_fn(cfgs):
         mu, sd = gp.predict(config_features(emb, cfgs)); return mu + beta_sqrt*sd
     for _ in range(budget - n_pretrain):
@@ -1148,6 +1228,37 @@ def gp_ucb(objective:Callable,            # configuration -> score
         mu, sd = (float(v[0]) for v in gp.predict(config_features(emb, [current])))
         y = _check_score(objective(tuple(current)), current)
         hist.add(current, y, mu, sd, mu + beta_sqrt*sd, phase="gp_ucb", t=time.perf_counter() - t0)
+    return hist
+
+def lin_ucb(objective:Callable,           # configuration -> score
+            emb:Sequence[torch.Tensor],   # one (C_i, d) embedding matrix per operator
+            budget:int,                   # evaluations T (pretrain draws included)
+            seed:int=0,                   # seed of the pretrain draws
+            n_pretrain:int=5,             # uniform random draws first, as MASPOB
+            alpha:float=0.2, lam:float=1.0, kappa:float=10.0, # MASPOB's bonus, unchanged
+           )->History:
+    ("The shortcut: MASPOB with its network replaced by the ridge mean of its own linear-UCB "
+     "matrix, $\\mu(x) = \\bar y + x^\\top A^{-1} \\kappa \\sum_t x_t (y_t - \\bar y)$.")
+    emb = check_embeddings(emb); C, N, d = [len(e) for e in emb], len(emb), emb[0].shape[1]
+    _check_budget(budget, n_pretrain)
+    rng, hist, t0 = np.random.default_rng(seed), History(), time.perf_counter()
+    ucb, xs = LinearUCB(N*d, lam, kappa), []
+    def add(c, phase, mu=math.nan, sg=math.nan):
+        x = config_features(emb, [c])[0]
+        y = _check_score(objective(tuple(c)), c)
+        ucb.update(x); xs.append(x.flatten().double())
+        hist.add(c, y, mu, sg, mu + alpha*sg, phase=phase, t=time.perf_counter() - t0)
+    for _ in range(n_pretrain): add([int(rng.integers(k)) for k in C], "pretrain")
+    current = list(select_best(hist.configs, hist.scores)[0])
+    for _ in range(budget - n_pretrain):
+        y = torch.tensor(hist.scores, dtype=torch.float64); ybar = float(y.mean())
+        theta = ucb.A_inv @ (kappa*torch.stack(xs).T @ (y - ybar))         # ridge weights (Nd,)
+        def score_fn(cfgs):
+            X = config_features(emb, cfgs)
+            return ybar + X.flatten(1).double() @ theta + alpha*ucb.sigma(X)
+        current = coordinate_ascent(score_fn, C, current)
+        X = config_features(emb, [current])
+        add(current, "lin_ucb", float(ybar + X.flatten(1).double() @ theta), float(ucb.sigma(X)[0]))
     return hist
 
 # %% ../nbs/01_maspob.ipynb #a6c19943
@@ -1437,7 +1548,8 @@ class SmolMAS:
         return self.score(c, "test")
 
 # %% ../nbs/01_maspob.ipynb #9416b8bf
-METHOD_NAMES = ("maspob", "greedy", "mlp", "exhaustive", "gp_ucb", "random", "independent_ucb")
+METHOD_NAMES = ("maspob", "greedy", "mlp", "exhaustive", "gp_ucb", "lin_ucb", "random",
+                "independent_ucb")
 
 def run_method(method:str,              # one of METHOD_NAMES
                objective:Callable,      # configuration -> score
@@ -1446,21 +1558,19 @@ def run_method(method:str,              # one of METHOD_NAMES
                budget:int,              # evaluations T
                seed:int=0,
                gp_restarts:int=2,       # GP-UCB: hyperparameter restarts per fit
-               **maspob_kw,  # MASPOB options (alpha, epochs, hidden, ...); GP-UCB reads n_pretrain
+               gp_kernel:str="additive+ard", # GP-UCB: kernel, one of GP_KERNELS
+               **maspob_kw,  # MASPOB options (alpha, epochs, hidden, ...); the baselines read n_pretrain
               )->History:
     "Run one method with the given budget and seed: MASPOB, one of its ablations, or a baseline."
-    C = [len(e) for e in emb]
+    C, n_pre = [len(e) for e in emb], maspob_kw.get("n_pretrain", 5)
     if method == "random": return random_search(objective, C, budget, seed)
     if method == "independent_ucb": return independent_ucb(objective, C, budget, seed)
     if method == "gp_ucb":
-        return gp_ucb(
-            objective,
-            emb,
-            budget,
-            seed,
-            n_pretrain=maspob_kw.get("n_pretrain", 5),
-            n_restarts=gp_restarts,
-        )
+        return gp_ucb(objective, emb, budget, seed, n_pretrain=n_pre, n_restarts=gp_restarts,
+                      kernel=gp_kernel)
+    if method == "lin_ucb":
+        kw = {k: maspob_kw[k] for k in ("alpha", "lam", "kappa") if k in maspob_kw}
+        return lin_ucb(objective, emb, budget, seed, n_pretrain=n_pre, **kw)
     opts = dict(
         maspob=dict(),
         greedy=dict(ucb="greedy"),
@@ -1472,7 +1582,7 @@ def run_method(method:str,              # one of METHOD_NAMES
 
 def synthetic_trial(
     method: str,
-    bench: SyntheticMAS,
+    bench: SyntheticMAS|dict,  # the objective, or SyntheticMAS keyword arguments (built here)
     emb: Sequence[torch.Tensor],
     budget: int,
     seed: int,
@@ -1481,6 +1591,7 @@ def synthetic_trial(
 ) -> dict:
     ("One (method, seed) on a SyntheticMAS: the true p of the selection after every evaluation, "
      "and timing.")
+    if isinstance(bench, dict): bench = SyntheticMAS(emb, **bench)  # a worker builds its own table
     bench.reset_noise(seed); t0 = time.perf_counter()
     h = run_method(method, bench, emb, bench.topology, budget, seed, **maspob_kw)
     sel = h.selections()
@@ -1492,6 +1603,7 @@ def synthetic_trial(
         selected=list(sel[-1]),
         val=h.best()[1],
         true_p=bench.true_p(sel[-1]),
+        p_star=bench.optimum()[1],
         seconds=time.perf_counter() - t0,
         epochs=[f["epochs"] for f in h.fits],
     )

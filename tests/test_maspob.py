@@ -10,7 +10,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GATv2Conv
 
 from maspob_etal.maspob import (WORKFLOW_TOPOLOGIES, SMOL_TOPOLOGY, BASE_PROMPTS, MASPOB, History, LinearUCB, NeuralUCB,
-                                SmolMAS, SyntheticMAS, WorkflowGAT, WorkflowMLP, all_configs, batch_edge_index,
+                                SmolMAS, SyntheticMAS, WorkflowGAT, DenseGATv2, edge_counts, WorkflowMLP, all_configs, batch_edge_index,
                                 build_edge_index, check_topology, coordinate_ascent, exhaustive_search, fit_surrogate,
                                 independent_ucb, llm_variants, make_two_hop_qa, placeholders, prompt_pools, random_search,
                                 run_method, select_best, style_variants, ucb_scores, make_ucb)
@@ -53,20 +53,62 @@ def test_disjoint_union_matches_pyg_batch(seed):
     batch = Batch.from_data_list([Data(x=x, edge_index=ei) for x in xs])
     assert torch.equal(batch_edge_index(ei, 5, 4), batch.edge_index)
 
-@pytest.mark.parametrize("seed", range(4))
-def test_our_gatv2_layer_equals_pyg_default_gatv2conv(seed):
-    "Our conv (self-loops in the edge list, add_self_loops=False) equals PyG's default GATv2Conv with the same weights."
+def _copy_to_pyg(ours, **kw):
+    "A torch-geometric GATv2Conv with the weights of our DenseGATv2 (same parameter names and shapes)."
+    ref = GATv2Conv(ours.lin_l.in_features, ours.out_channels, heads=ours.heads, concat=ours.concat,
+                    negative_slope=ours.negative_slope, dropout=0.0, **kw).to(ours.att.dtype).eval()
+    ref.load_state_dict(ours.state_dict())
+    return ref
+
+@pytest.mark.parametrize("seed,heads,concat", [(0, 4, True), (1, 4, False), (2, 1, True), (3, 2, True), (4, 3, False)])
+def test_dense_gatv2_equals_pyg_gatv2conv_on_the_same_weights(seed, heads, concat):
+    "Our dense GATv2 (self-loops in the edge list) against torch_geometric's GATv2Conv: without and with its own self-loops."
     torch.manual_seed(seed)
-    topo = random_dag(int(np.random.default_rng(seed).integers(2, 7)), seed)
-    N, B = len(topo), 6
-    gat = WorkflowGAT(12, topo, hidden=8, heads=4, dropout=0.0).eval()
-    ref = GATv2Conv(8, 8, heads=4, dropout=0.0).eval()          # PyG defaults: adds its own self-loops
-    ref.load_state_dict(gat.convs[0].state_dict())
-    h = torch.randn(B*N, 8)
-    ours = gat.convs[0](h, batch_edge_index(gat.edge_index, N, B))
-    no_loops = build_edge_index(topo)[:, build_edge_index(topo)[0] != build_edge_index(topo)[1]]
-    theirs = ref(h, batch_edge_index(no_loops, N, B))
-    assert torch.allclose(ours, theirs, atol=1e-5)
+    n = int(np.random.default_rng(seed).integers(2, 7)); topo = random_dag(n, seed); B = 6
+    for dtype, tol in [(torch.float64, 1e-12), (torch.float32, 1e-6)]:
+        ours = DenseGATv2(7, 5, heads=heads, concat=concat).to(dtype).eval()
+        with torch.no_grad(): ours.bias.normal_()                              # every term matters (PyG inits it to 0)
+        h = torch.randn(B, n, 7, dtype=dtype)
+        for bidir in (True, False):
+            ei = build_edge_index(topo, bidirectional=bidir)                   # self-loops included
+            out = ours(h, edge_counts(ei, n).to(dtype))
+            theirs = _copy_to_pyg(ours, add_self_loops=False)(h.reshape(B*n, 7), batch_edge_index(ei, n, B))
+            assert torch.allclose(out, theirs.view(B, n, -1), atol=tol, rtol=0)
+            no_loops = ei[:, ei[0] != ei[1]]                                   # PyG's default adds the self-loops itself
+            theirs = _copy_to_pyg(ours)(h.reshape(B*n, 7), batch_edge_index(no_loops, n, B))
+            assert torch.allclose(out, theirs.view(B, n, -1), atol=tol, rtol=0)
+
+def test_dense_gatv2_edge_cases_match_pyg():
+    "A node with no in-edges gets the bias only; a repeated edge counts twice in the softmax, as in PyG's message sum."
+    torch.manual_seed(0)
+    ours = DenseGATv2(4, 3, heads=2).double().eval()
+    with torch.no_grad(): ours.bias.normal_()
+    ei = torch.tensor([[0, 0, 1, 2, 2], [1, 1, 1, 1, 2]])                      # node 0: no in-edges; 0 -> 1 twice
+    h = torch.randn(1, 3, 4, dtype=torch.float64)
+    out = ours(h, edge_counts(ei, 3).double())[0]
+    assert torch.allclose(out[0], ours.bias)
+    assert torch.allclose(out, _copy_to_pyg(ours, add_self_loops=False)(h[0], ei), atol=1e-12)
+    A = edge_counts(ei, 3)
+    assert A[1, 0] == 2 and A[1, 1] == 1 and A[0].sum() == 0
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_workflow_gat_equals_the_pyg_pipeline(layers):
+    "The whole surrogate (encoder, GATv2 layers, mean readout) equals the same network written with PyG's GATv2Conv."
+    torch.manual_seed(layers)
+    gat = WorkflowGAT(12, FAN_IN, hidden=6, heads=3, layers=layers, dropout=0.0).eval()
+    X, B, N = torch.randn(4, 5, 12), 4, 5
+    ei = batch_edge_index(gat.edge_index, N, B)
+    h = gat.encoder(X.reshape(B*N, 12))
+    for conv in gat.convs: h = torch.relu(_copy_to_pyg(conv, add_self_loops=False)(h, ei))
+    ref = gat.readout(h.view(B, N, -1).mean(1)).squeeze(-1)
+    assert torch.allclose(gat(X), ref, atol=1e-6, rtol=0)
+
+def test_the_module_does_not_depend_on_torch_geometric():
+    "The committed numbers come from our own layer: importing the module must not import torch_geometric."
+    import subprocess, sys
+    code = "import sys, maspob_etal.maspob; assert 'torch_geometric' not in sys.modules, 'torch_geometric imported'"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-500:]
 
 def test_batched_forward_equals_one_graph_at_a_time():
     torch.manual_seed(0)
@@ -388,7 +430,7 @@ def test_fit_surrogate_trajectory_equals_a_hand_written_adam_loop():
     g = torch.Generator().manual_seed(2)
     X0 = torch.randn(3, 3, 8, generator=g)
     X, y = torch.cat([X0, X0]), 0.3 + 0.4*torch.rand(6, generator=g)   # duplicates with two scores: a loss floor, so the plateau schedule and early stopping fire
-    kw = dict(max_epochs=400, lr=5e-3, wd=1e-5, patience=60, min_delta=1e-10, seed=7)
+    kw = dict(max_epochs=400, lr=5e-3, wd=1e-5, patience=60, min_delta=1e-6, seed=7)   # 1e-6: no stop decided by float32 rounding
     a, b = WorkflowGAT(8, CHAIN, hidden=4, heads=2, dropout=0.0, score_range=(0.2, 0.8)), WorkflowGAT(8, CHAIN, hidden=4, heads=2, dropout=0.0, score_range=(0.2, 0.8))
     ours = []
     fit = fit_surrogate(a, X, y, max_epochs=kw["max_epochs"], lr=kw["lr"], weight_decay=kw["wd"], patience=kw["patience"],
@@ -398,7 +440,12 @@ def test_fit_surrogate_trajectory_equals_a_hand_written_adam_loop():
     assert len(ours) == len(ref) == fit["epochs"]
     assert np.allclose(ours, ref, rtol=1e-3, atol=1e-7)
     assert math.isclose(fit["loss"], best, rel_tol=1e-3)
-    assert all(torch.allclose(p, q, atol=1e-4) for p, q in zip(a.parameters(), b.parameters()))   # the best weights are restored
+    # the best weights are restored: the model's loss is the best loss, and it predicts as the reference's restored weights
+    # (compared through outputs: weights whose gradient is ~0, e.g. the attention's target transform on a chain, drift
+    # in float32 under Adam's normalisation without changing the function)
+    with torch.no_grad():
+        assert math.isclose(torch.nn.functional.mse_loss(a(X), a.scale_score(y)).item(), fit["loss"], rel_tol=1e-5)
+        assert torch.allclose(a(X), b(X), atol=1e-5)
 
 def test_gp_surrogate_posterior_by_hand():
     "Posterior mean and latent sd of the fitted GP against the closed form with the fitted kernel (normalized targets)."
@@ -446,3 +493,79 @@ def test_scores_outside_the_score_range_are_refused_not_saturated():
     m100 = WorkflowMLP(8, 3, hidden=4, heads=2, score_range=(0, 100))
     fit_surrogate(m100, X, torch.tensor([12.0, 55.0, 80.0, 99.0]), max_epochs=2)      # covered: trains
     fit_surrogate(m, X, torch.tensor([0.0, 0.5, 1.0, 1.0]), max_epochs=2)             # the ends of the range are inside
+
+
+# ---------------------------------------------------------------- the strongest baseline and the shortcut
+
+from maspob_etal.maspob import gp_kernel, lin_ucb, GP_KERNELS
+
+def _block_rbf_by_hand(X, Y, N, d, ls):
+    return [np.exp(-((X[:, None, i*d:(i+1)*d] - Y[None, :, i*d:(i+1)*d])**2).sum(-1)/(2*ls[i]**2)) for i in range(N)]
+
+def test_gp_kernels_are_sums_and_products_of_per_agent_rbfs():
+    "Additive: sum_i s_i k_i; ARD over agents: s prod_i k_i; each k_i sees only agent i's block, with its own length scale."
+    rng = np.random.default_rng(0); N, d = 3, 4
+    X, Y = rng.standard_normal((5, N*d)), rng.standard_normal((6, N*d))
+    ls, amp = [0.7, 1.9, 3.1], [0.5, 2.0, 1.3, 0.8]
+    for kind in ("additive", "ard", "additive+ard"):
+        k = gp_kernel(N, d, kind)
+        theta = k.theta.copy()
+        names = [h.name for h in k.hyperparameters]
+        ls_i = iter(ls*2); amp_i = iter(amp)
+        for j, nm in enumerate(names):                                       # set every hyperparameter by hand
+            if nm.endswith("length_scale"): theta[j] = np.log(next(ls_i))
+            elif nm.endswith("constant_value"): theta[j] = np.log(next(amp_i))
+        k = k.clone_with_theta(theta)
+        R = _block_rbf_by_hand(X, Y, N, d, ls)
+        want = np.zeros((5, 6)); a = iter(amp)
+        if "additive" in kind: want += sum(next(a)*r for r in R)
+        if "ard" in kind: want += next(a)*np.prod(R, axis=0)
+        assert np.allclose(k(X, Y), want, atol=1e-12), kind                  # the white noise is 0 off the diagonal
+        assert np.allclose(np.diag(k(X)) - k.k2.noise_level, np.diag(_sum_diag(kind, amp)), atol=1e-12)
+    with pytest.raises(ValueError, match="kernel must be one of"): gp_kernel(N, d, "bogus")
+    assert set(GP_KERNELS) >= {"additive", "ard", "additive+ard", "iso"}
+
+def _sum_diag(kind, amp):
+    v = 0.0; a = iter(amp)
+    if "additive" in kind: v += sum(next(a) for _ in range(3))
+    if "ard" in kind: v += next(a)
+    return np.full((5, 5), v)
+
+def test_additive_gp_posterior_by_hand():
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(14, 3, 2, generator=g).double(); y = (1.0 + X[:, 0, 0] - X[:, 2, 1]).numpy()
+    gp = GPSurrogate(seed=0, n_restarts=0, kernel="additive").fit(X, y)
+    Xt = torch.randn(3, 3, 2, generator=g).double()
+    mu, sd = gp.predict(Xt)
+    kern = gp.gp.kernel_; k1 = kern.k1
+    Kf = kern(X.flatten(1).numpy()); Ks = k1(Xt.flatten(1).numpy(), X.flatten(1).numpy())
+    ym, ys = y.mean(), y.std()
+    assert np.allclose(mu.numpy(), ym + ys*Ks @ np.linalg.solve(Kf, (y - ym)/ys), atol=1e-8)
+    var = k1.diag(Xt.flatten(1).numpy()) - np.einsum("ij,ji->i", Ks, np.linalg.solve(Kf, Ks.T))
+    assert np.allclose(sd.numpy(), ys*np.sqrt(np.clip(var, 0, None)), atol=1e-6)
+
+def test_lin_ucb_mean_is_the_ridge_solution_of_maspob_bonus_matrix():
+    "The shortcut's mean is ybar + x^T (lam I + kappa X^T X)^-1 kappa X^T (y - ybar); same draws and budget as MASPOB."
+    emb = rand_emb([3, 4, 2], d=5, seed=2)
+    b = SyntheticMAS(emb, CHAIN, gamma=1.0, seed=1); f = Counter(b); b.reset_noise(0)
+    h = lin_ucb(f, emb, 9, seed=3, n_pretrain=4, alpha=0.3, lam=0.7, kappa=2.0)
+    assert f.n == 9 and len(h) == 9 and h.phase == ["pretrain"]*4 + ["lin_ucb"]*5
+    assert h.configs[:4] == random_search(lambda c: 0.5, [3, 4, 2], 4, seed=3).configs
+    from maspob_etal.maspob import config_features
+    for t in range(4, 9):                                                     # the mean and bonus at each choice, by hand
+        X = config_features(emb, h.configs[:t]).flatten(1).double().numpy(); y = np.array(h.scores[:t])
+        A = 0.7*np.eye(15) + 2.0*X.T @ X
+        x = config_features(emb, [h.configs[t]]).flatten(1).double().numpy()[0]
+        mu = y.mean() + x @ np.linalg.solve(A, 2.0*X.T @ (y - y.mean()))
+        assert math.isclose(h.mu[t], mu, rel_tol=1e-9, abs_tol=1e-9)
+        assert math.isclose(h.sigma[t], math.sqrt(x @ np.linalg.solve(A, x)), rel_tol=1e-9)
+        assert math.isclose(h.ucb[t], mu + 0.3*h.sigma[t], rel_tol=1e-9)
+
+def test_synthetic_trial_builds_its_objective_from_keywords():
+    "A trial given SyntheticMAS keywords (as the workers are) equals one given the object; p* is the exact optimum."
+    emb = rand_emb([3, 3, 2], d=6, seed=5)
+    kw = dict(epochs=5, patience=2, hidden=4, heads=2, n_pretrain=3)
+    a = synthetic_trial("maspob", dict(topology=CHAIN, gamma=2.0, seed=4), emb, 6, seed=1, **kw)
+    bench = SyntheticMAS(emb, CHAIN, gamma=2.0, seed=4)
+    b = synthetic_trial("maspob", bench, emb, 6, seed=1, **kw)
+    assert a["curve"] == b["curve"] and a["p_star"] == bench.optimum()[1] == bench.p.max()
