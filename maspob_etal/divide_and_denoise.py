@@ -66,7 +66,8 @@ def concept_from_name(name:str)->Concept:
     "Parse 'red circle', 'circle', 'red', 'any shape' or 'green square@0.5' into a `Concept`."
     name, _, c = name.partition("@")
     try: contrast = float(c) if c else 1.0
-    except ValueError: raise ValueError(f"cannot parse the contrast {c!r} of {name!r}: write e.g. 'green square@0.5'")
+    except ValueError:
+        raise ValueError(f"cannot parse the contrast {c!r} of {name!r}: write e.g. 'green square@0.5'")
     words = [w for w in name.lower().split() if w not in ("any", "shape")]
     shape = next((w for w in words if w in SHAPES), None)
     color = next((w for w in words if w in PALETTE), None)
@@ -610,7 +611,8 @@ def solve_fair_division_lp(U:np.ndarray,           # (K, N) utilities of one ins
     "Solve the fair-division LP exactly with scipy's HiGHS."
     _check_kind(kind); alpha = _check_alpha(alpha)
     if kind == "round_robin":
-        raise ValueError("round_robin is a picking rule, not a program: use solve_fair_division(U, 'round_robin')")
+        raise ValueError("round_robin is a picking rule, not a program: "
+                         "use solve_fair_division(U, 'round_robin')")
     U = check_utilities(U)
     if U.shape[0] != 1:
         raise ValueError(
@@ -1130,7 +1132,7 @@ def sample_argmax_allocation(
 
 @contextmanager
 def count_network_calls(experts:Sequence[Expert], # the experts whose networks are counted
-                       ):                         # yields {"forward": n, "graph": m}, filled in as the block runs
+                       ):                         # yields {"forward": n, "graph": m}, filled in by the block
     ("Count the forward passes of the experts' networks inside a `with` block, and those that keep a graph "
      "(each is back-propagated once by the alignment step).")
     calls = {"forward": 0, "graph": 0}
