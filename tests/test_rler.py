@@ -381,7 +381,10 @@ def test_lm_generator_with_canned_replies(env, monkeypatch):
 @pytest.fixture(scope="module")
 def smol():
     from maspob_etal.models import load_causal_lm
-    return load_causal_lm()
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)          # a 135M model on a busy 2-core machine: one thread took a third of the CPU time of two
+    try: yield load_causal_lm()
+    finally: torch.set_num_threads(old)
 
 def _tiny_llama(tok):
     from transformers import LlamaConfig, LlamaForCausalLM
