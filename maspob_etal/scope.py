@@ -529,7 +529,7 @@ def generate_video(T:int=600,              # frames (one per second)
         caps.append(". ".join(c[:1].upper() + c[1:] for c in clauses) + ".")
     return SyntheticVideo(anns, caps, seed, float(rho_dom), dominant, plants)
 
-# %% ../nbs/11_scope.ipynb #b2f7ac8d
+# %% ../nbs/11_scope.ipynb #60db02ac
 @dataclass
 class Question:
     "A multiple-choice question about one video."
@@ -596,7 +596,7 @@ def _plan_f5(obj:str)->PlanDAG:
         ]
     )
 
-# %% ../nbs/11_scope.ipynb #27930c6f
+# %% ../nbs/11_scope.ipynb #3b1de281
 def _colour_options(right:str, decoys:Sequence[str], rng)->list:
     rest = [c for c in COLORS if c != right and c not in decoys]
     return [right, *decoys, *[str(c) for c in rng.choice(rest, 3 - len(decoys), replace=False)]]
@@ -731,7 +731,7 @@ def generate_questions(video:SyntheticVideo,                 # from `generate_vi
         )
     return out
 
-# %% ../nbs/11_scope.ipynb #ae864142
+# %% ../nbs/11_scope.ipynb #e1ace9a8
 class FlatPlanner:
     "The one-node plan LOCATE(question) -> ANSWER: SCOPE with it is flat similarity top-B."
     name = "flat"
@@ -805,7 +805,7 @@ class TemplatePlanner:
             if fam == "F5": return _plan_f5(g[0])
         raise PlanError(f"not a question of the generator's grammar: {question!r}")
 
-# %% ../nbs/11_scope.ipynb #36ac537a
+# %% ../nbs/11_scope.ipynb #91c8d74d
 _CONNECTIVES = (
     [
         (c, "AFTER")
@@ -898,7 +898,7 @@ class HeuristicPlanner:
         if _sink_op(q) == "COUNT": return PlanDAG([N("n1", "COUNT", _referent(q))])
         return PlanDAG([N("n1", "LOCATE", _referent(q)), N("n2", _sink_op(q), q, "AT", ("n1",))])
 
-# %% ../nbs/11_scope.ipynb #01503329
+# %% ../nbs/11_scope.ipynb #56ed205d
 def plan_signature(plan:PlanDAG)->tuple:
     ("Structure of a plan, independent of node names and wording: the sink's (op, rel, sorted "
      "parents' signatures), unfolded.")
@@ -906,7 +906,7 @@ def plan_signature(plan:PlanDAG)->tuple:
     sig = lambda n: (n.op, n.rel, tuple(sorted(sig(by[p]) for p in n.parents)))
     return (len(plan.nodes), sig(plan.sink))
 
-# %% ../nbs/11_scope.ipynb #30dea2e2
+# %% ../nbs/11_scope.ipynb #01503329
 LLM_PROMPT = """You plan how to search a long video for the evidence that answers a question. Write one node per line:
 id | op | text | rel | parents
 op is one of LOCATE, ATTRIBUTE, COUNT, ORDER, EXISTS. rel is one of NONE, AT, AFTER, BEFORE, BETWEEN.
@@ -995,7 +995,7 @@ class LLMPlanner:
         self.last_valid = ok
         return p
 
-# %% ../nbs/11_scope.ipynb #e2519898
+# %% ../nbs/11_scope.ipynb #0ed848b3
 _EMB_CACHE: dict = {}
 
 def embed_cached(texts:Sequence[str],          # sentences
@@ -1057,7 +1057,7 @@ class EdgeIndex:
             self._q[text] = q / max(float(np.linalg.norm(q)), 1e-12)
         return self.E @ self._q[text]
 
-# %% ../nbs/11_scope.ipynb #8e7c4359
+# %% ../nbs/11_scope.ipynb #484e11dd
 @dataclass
 class Evidence:
     "What the edge uploads for one plan, and why."
@@ -1157,7 +1157,7 @@ class EdgeExecutor:
                 prior[r] = np.where(mask[r], np.maximum(prior[r], ga), ga); mask[r] = True
         return mask, prior
 
-# %% ../nbs/11_scope.ipynb #0a67a034
+# %% ../nbs/11_scope.ipynb #e2519898
 @patch
 def run(self:EdgeExecutor, plan:PlanDAG, index:EdgeIndex)->Evidence:
     ("Execute `plan` node by node in topological order; return the frames to upload and each "
@@ -1194,7 +1194,7 @@ def run(self:EdgeExecutor, plan:PlanDAG, index:EdgeIndex)->Evidence:
         ev.anchors[n.id] = picked[0] if picked else None
     return ev
 
-# %% ../nbs/11_scope.ipynb #f78ccd49
+# %% ../nbs/11_scope.ipynb #4bb27fb2
 def _match(it: dict, pattern: dict) -> bool:
     return all(it.get(k) == v for k, v in pattern.items() if v is not None)
 
@@ -1251,7 +1251,7 @@ class CloudReasoner:
         i = self.execute(q, frames)
         return (int(rng.integers(len(q.options))), True) if i is None else (i, False)
 
-# %% ../nbs/11_scope.ipynb #4515373a
+# %% ../nbs/11_scope.ipynb #b42972fa
 METHODS = (
     "scope", "similarity_topk", "keyword_topk", "cloud_uniform", "cloud_all", "edge_only",
     "gold_evidence",
@@ -1331,7 +1331,7 @@ def safe_plan(planner, question:str)->tuple[PlanDAG, bool]:
     except PlanError:
         return FlatPlanner().plan(question), False
 
-# %% ../nbs/11_scope.ipynb #83c8a3f3
+# %% ../nbs/11_scope.ipynb #132a4726
 def run_method(name:str,                  # one of `METHODS`
                # the video (its captions for the edge, its annotations for the cloud)
                video:SyntheticVideo,
@@ -1400,7 +1400,7 @@ def run_method(name:str,                  # one of `METHODS`
         )
     return pd.DataFrame(rows)
 
-# %% ../nbs/11_scope.ipynb #1e551a93
+# %% ../nbs/11_scope.ipynb #e7b671b1
 def pareto_table(
     df: pd.DataFrame,  # rows of `run_method` (a `label` column, if any, names the variants)
     exclude: Sequence[str] = ("gold_evidence",),  # methods left out (oracles)
@@ -1420,7 +1420,7 @@ def pareto_table(
     ]
     return t.assign(on_front=[not d for d in dominated])
 
-# %% ../nbs/11_scope.ipynb #b0855954
+# %% ../nbs/11_scope.ipynb #73c04ea3
 def load_captions(path:str|Path)->list[str]:  # one caption per frame, in frame order
     ("Read per-frame captions: a .json list of strings (or {'captions': [...]}) or a text file "
      "with one caption per line.")
