@@ -739,7 +739,7 @@ def run_condition(condition:str,                  # one of `CONDITIONS`
                   sft_steps:int=0,                # identical SFT steps (0: none)
                   tamper_steps:int=0,             # benign tampering steps after SFT (0: none)
                   device:str|torch.device="cpu",
-                  blocklist:Blocklist|None=None,  # the "filtered" condition's blocklist (None: `default_blocklist()`)
+                  blocklist:Blocklist|None=None,  # of the "filtered" condition (None: `default_blocklist()`)
                  )->dict:                         # stage -> evaluation; losses; corpus composition
     ("Pretrain a tiny LM on one condition's corpus, evaluate it, and optionally post-train (SFT, "
      "tampering) and re-evaluate.")
