@@ -454,12 +454,8 @@ def test_fit_surrogate_trajectory_equals_a_hand_written_adam_loop():
         assert math.isclose(torch.nn.functional.mse_loss(a(X), a.scale_score(y)).item(), fit["loss"], rel_tol=1e-5)
         assert torch.allclose(a(X), b(X), atol=1e-5)
 
-def test_gp_surrogate_posterior_by_hand():
-    "Posterior mean and latent sd of the fitted GP against the closed form with the fitted kernel (normalized targets)."
-    g = torch.Generator().manual_seed(3)
-    X = torch.randn(15, 2, 3, generator=g).double(); y = (2.0 + X[:, 0, 0] - 0.5*X[:, 1, 2]).numpy()
-    gp = GPSurrogate(seed=0, n_restarts=1).fit(X, y)
-    Xt = torch.randn(4, 2, 3, generator=g).double()
+def _assert_posterior_by_hand(gp, X, y, Xt):
+    "Posterior mean and latent sd of a fitted GPSurrogate at Xt against the closed form with its fitted kernel."
     mu, sd = gp.predict(Xt)
     kern = gp.gp.kernel_; k1 = kern.k1
     Kf = kern(X.flatten(1).numpy()); Ks = k1(Xt.flatten(1).numpy(), X.flatten(1).numpy())
@@ -467,6 +463,14 @@ def test_gp_surrogate_posterior_by_hand():
     assert np.allclose(mu.numpy(), ym + ys*Ks @ np.linalg.solve(Kf, (y - ym)/ys), atol=1e-8)
     var = k1.diag(Xt.flatten(1).numpy()) - np.einsum("ij,ji->i", Ks, np.linalg.solve(Kf, Ks.T))
     assert np.allclose(sd.numpy(), ys*np.sqrt(np.clip(var, 0, None)), atol=1e-6)
+
+def test_gp_surrogate_posterior_by_hand():
+    "Posterior mean and latent sd of the fitted GP against the closed form with the fitted kernel (normalized targets)."
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(15, 2, 3, generator=g).double(); y = (2.0 + X[:, 0, 0] - 0.5*X[:, 1, 2]).numpy()
+    gp = GPSurrogate(seed=0, n_restarts=1).fit(X, y)
+    Xt = torch.randn(4, 2, 3, generator=g).double()
+    _assert_posterior_by_hand(gp, X, y, Xt)
 
 def test_gp_ucb_uses_maspob_draws_budget_and_search():
     emb = rand_emb([4, 3, 5], d=6, seed=1)
@@ -543,13 +547,7 @@ def test_additive_gp_posterior_by_hand():
     X = torch.randn(14, 3, 2, generator=g).double(); y = (1.0 + X[:, 0, 0] - X[:, 2, 1]).numpy()
     gp = GPSurrogate(seed=0, n_restarts=0, kernel="additive").fit(X, y)
     Xt = torch.randn(3, 3, 2, generator=g).double()
-    mu, sd = gp.predict(Xt)
-    kern = gp.gp.kernel_; k1 = kern.k1
-    Kf = kern(X.flatten(1).numpy()); Ks = k1(Xt.flatten(1).numpy(), X.flatten(1).numpy())
-    ym, ys = y.mean(), y.std()
-    assert np.allclose(mu.numpy(), ym + ys*Ks @ np.linalg.solve(Kf, (y - ym)/ys), atol=1e-8)
-    var = k1.diag(Xt.flatten(1).numpy()) - np.einsum("ij,ji->i", Ks, np.linalg.solve(Kf, Ks.T))
-    assert np.allclose(sd.numpy(), ys*np.sqrt(np.clip(var, 0, None)), atol=1e-6)
+    _assert_posterior_by_hand(gp, X, y, Xt)
 
 def test_lin_ucb_mean_is_the_ridge_solution_of_maspob_bonus_matrix():
     "The shortcut's mean is ybar + x^T (lam I + kappa X^T X)^-1 kappa X^T (y - ybar); same draws and budget as MASPOB."
