@@ -495,3 +495,13 @@ def test_network_calls_are_counted_per_method(experts):
     assert md == {"forward": K*S, "graph": 0} and off == {"forward": K*S, "graph": 0}
     with count_network_calls(experts[:1]) as c: pass
     assert c == {"forward": 0, "graph": 0} and not experts[0].unet._forward_hooks   # hooks removed
+
+def test_masks_put_each_cell_where_the_allocation_says():
+    "Row-major cells: a left-column allocation becomes a left-column mask (a transpose would make it the top row); blur softens only the border."
+    from maspob_etal.divide_and_denoise import allocation_masks
+    A = torch.zeros(1, 2, 16); A[0, 0] = torch.tensor([1., 0, 0, 0]*4); A[0, 1] = 1 - A[0, 0]     # model 0: the left column of 4x4
+    M = allocation_masks(A, (8, 8), patch=2, blur=0)
+    assert (M[0, 0, :, :2] == 1).all() and (M[0, 0, :, 2:] == 0).all() and (M[0, 1] == 1 - M[0, 0]).all()
+    Mb = allocation_masks(A, (8, 8), patch=2, blur=0.7)
+    assert 0 < Mb[0, 0, 3, 2] < 1 and 0 < Mb[0, 0, 3, 1] < 1 and Mb[0, 0, 3, 0] > 0.95 and Mb[0, 0, 3, 7] < 0.05
+    torch.testing.assert_close(Mb.sum(1), torch.ones(1, 8, 8))
