@@ -715,7 +715,7 @@ def axiom_audit(kinds_rules:Sequence[str]=RULE_KINDS, # rule kinds to audit
         (ci, pk, m, n, tuple(kinds_rules), betas, n_profiles, tuple(axioms), ref, phi, seed)
         for ci, (pk, m, n) in enumerate(cells)
     ]
-    from maspob_etal.social_choice import _audit_cell as worker  # the installed function, as workers import it
+    from maspob_etal.social_choice import _audit_cell as worker  # the installed function
     results = parallel_map(worker, args, n_jobs=n_jobs, desc="audit cells")
     rows = []
     for r, cex in results:
