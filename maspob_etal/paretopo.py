@@ -15,14 +15,16 @@ from torch import nn
 
 from fastcore.basics import patch
 
-from .core import progress, seed_everything
+from .core import parallel_map, progress, seed_everything
 
 # %% auto #0
-__all__ = ['METHODS', 'SYSTEM', 'EXAMPLE', 'normalize_objectives', 'hypervolume_2d', 'hypervolume', 'nondominated_ranks',
-           'crowding_distance', 'group_advantages', 'HVWeightScheduler', 'pareto_rank_scores', 'ToolCallEnv',
-           'true_front', 'front_distance', 'front_best_hv', 'check_method', 'in_stage1', 'method_scores',
-           'logprob_grad', 'MLPPolicy', 'train_tabular', 'static_optimum', 'safe_eval', 'make_word_problems',
-           'parse_answer', 'agent_rollouts', 'grpo_loss', 'train_llm_grpo', 'evaluate_agent']
+__all__ = ['NONCONVEX_TABLES', 'METHODS', 'ENV_INTERFACE', 'SYSTEM', 'EXAMPLE', 'TUNING_GRIDS', 'normalize_objectives',
+           'hypervolume_2d', 'hypervolume', 'nondominated_ranks', 'crowding_distance', 'group_advantages',
+           'HVWeightScheduler', 'pareto_rank_scores', 'ToolCallEnv', 'true_front', 'front_distance', 'front_best_hv',
+           'nonconvex_env', 'on_envelope', 'linear_reach', 'check_method', 'in_stage1', 'tool_objectives',
+           'method_scores', 'logprob_grad', 'MLPPolicy', 'check_env', 'env_objectives', 'greedy_theta', 'train_tabular',
+           'static_optimum', 'safe_eval', 'make_word_problems', 'parse_answer', 'agent_rollouts', 'grpo_loss',
+           'train_llm_grpo', 'evaluate_agent', 'tune']
 
 # %% ../nbs/06_paretopo.ipynb #pp009
 def normalize_objectives(
@@ -289,6 +291,22 @@ class ToolCallEnv:
          "hardest defaults.")
         return cls(np.linspace(0.75, 0.05, D), np.linspace(0.38, 0.12, D), k_max, seed)
 
+    @classmethod
+    def from_table(cls, P, seed: int = 0):
+        ("An environment given by its success table p(k, d), (D, k_max+1), non-decreasing in "
+         "k: any shape of returns, not only diminishing ones.")
+        P = np.atleast_2d(np.asarray(P, dtype=float))
+        if P.ndim != 2 or P.shape[1] < 2:
+            raise ValueError(f"P must be (D, k_max+1) with k_max >= 1, got shape {P.shape}")
+        if not ((0 <= P) & (P <= 1)).all() or (np.diff(P, axis=1) < 0).any():
+            raise ValueError(
+                "every p(k, d) must be in [0, 1] and non-decreasing in k (a call never hurts)"
+            )
+        env = cls.__new__(cls)
+        env.a, env.q, env.P = P[:, 0].copy(), None, P.copy()
+        env.D, env.k_max, env.rng = P.shape[0], P.shape[1] - 1, np.random.default_rng(seed)
+        return env
+
     def __repr__(self):
         return f"ToolCallEnv(D={self.D}, k_max={self.k_max})"
 
@@ -397,6 +415,42 @@ def front_best_hv(front: np.ndarray, k_max: int, n_grid: int = 2001) -> float:
     pts = np.vstack(seg)
     return float((pts[:, 1] * (1 - pts[:, 0])).max())
 
+# %% ../nbs/06_paretopo.ipynb #pp050b
+# p(k) for k = 0..6 calls of one task type; level 0 concave .. level 3 most non-convex
+NONCONVEX_TABLES = (
+    (0.30, 0.46, 0.60, 0.70, 0.76, 0.79, 0.80),
+    (0.30, 0.45, 0.60, 0.76, 0.78, 0.795, 0.80),
+    (0.20, 0.42, 0.60, 0.70, 0.98, 0.986, 0.99),
+    (0.30, 0.40, 0.60, 0.70, 0.95, 0.962, 0.97),
+)
+
+def nonconvex_env(level:int, seed:int=0)->ToolCallEnv:
+    "The regime's environment at `level` 0..3: one task type, a less convex front per level."
+    if level not in range(len(NONCONVEX_TABLES)):
+        raise ValueError(f"level must be in 0..{len(NONCONVEX_TABLES) - 1}, got {level}")
+    return ToolCallEnv.from_table([NONCONVEX_TABLES[level]], seed)
+
+
+def on_envelope(front:np.ndarray, # (n, 2) of (accuracy, calls), sorted by calls, from `true_front`
+                tol:float=1e-9,   # a point this far below the envelope still counts as on it
+               )->np.ndarray:     # (n,) bool: optimal for some weight w >= 0 (maybe tied)
+    "Front points on the upper concave envelope: they maximise acc - w calls for some w >= 0."
+    hull = _upper_hull(np.c_[front[:, 1], front[:, 0]])          # (calls, acc) vertices
+    return front[:, 0] >= np.interp(front[:, 1], hull[:, 0], hull[:, 1]) - tol
+
+
+def linear_reach(env)->dict:
+    ("Best greedy-policy HV on the front, best on its envelope (a linear weight's reach), their "
+     "gap, and the dent's depth.")
+    front = true_front(env)
+    hv = front[:, 0] * (1 - front[:, 1] / env.k_max)
+    on = on_envelope(front)
+    hull = _upper_hull(np.c_[front[:, 1], front[:, 0]])
+    depth = np.interp(front[:, 1], hull[:, 0], hull[:, 1]) - front[:, 0]
+    return dict(hv_star=float(hv.max()), hv_linear=float(hv[on].max()),
+                gap=float(hv.max() - hv[on].max()), n_below=int((~on).sum()),
+                depth=float(depth.max()), best_calls=float(front[hv.argmax(), 1]))
+
 # %% ../nbs/06_paretopo.ipynb #pp052
 METHODS = ("acc_only", "static", "otc", "stage1_only", "stage2_only", "paretopo")
 
@@ -412,40 +466,64 @@ def in_stage1(method: str, t: int, steps: int, switch_frac: float = 0.5) -> bool
     return method == "stage1_only" or (method == "paretopo" and t < switch_frac * steps)
 
 
+def tool_objectives(
+    correct: np.ndarray,  # R_acc of each trajectory, (...) bool
+    calls: np.ndarray,  # tool calls of each trajectory, (...)
+    k_max: int,  # most calls: the bound of the efficiency objective
+    eff_scale: float = 1.0,  # c in R_eff = -c * calls
+) -> tuple:  # R (..., 2) raw (accuracy, -c calls), lo (2,), hi (2,)
+    "The two objectives of a tool-using agent and their bounds: accuracy, minus the (scaled) calls."
+    if not k_max >= 1:
+        raise ValueError(f"k_max must be >= 1 (the most calls per episode), got {k_max}")
+    if eff_scale <= 0:
+        raise ValueError(f"eff_scale must be > 0, got {eff_scale}")
+    if np.shape(correct) != np.shape(calls):
+        raise ValueError(
+            f"correct and calls must have one shape, got {np.shape(correct)} and {np.shape(calls)}"
+        )
+    r_acc, r_eff = np.asarray(correct, dtype=float), -eff_scale * np.asarray(calls, dtype=float)
+    R = np.stack([r_acc, r_eff], -1)
+    return R, np.array([0.0, -eff_scale * k_max]), np.array([1.0, 0.0])
+
+
 def method_scores(
     method: str,  # one of METHODS
-    correct: np.ndarray,  # R_acc of each trajectory, (B, G) bool
-    calls: np.ndarray,  # tool calls of each trajectory, (B, G)
-    k_max: int,  # most calls: the bound of the efficiency objective
+    R: np.ndarray,  # raw objectives, (B, G, M), all maximised; column 0 the primary (accuracy)
+    lo: Sequence[float],  # worst value of each objective, (M,)
+    hi: Sequence[float],  # best value of each objective, (M,)
+    correct: np.ndarray | None = None,  # the gate's correctness, (B, G); None: primary at its best
     stage1: bool = False,  # paretopo: this step is in Stage 1
-    w_static: float = 0.1,  # weight w of `static` and `otc`
-    eff_scale: float = 1.0,  # c in R_eff = -c * calls
-    sched: HVWeightScheduler | None = None,  # Stage 1 weights (`stage1_only`, `paretopo`)
+    w_static: float | Sequence[float] = 0.1,  # weight of each secondary objective, scalar or (M-1,)
+    sched: HVWeightScheduler | None = None,  # Stage 1 weights over the M objectives
     gate: bool = True,  # Stage 2 correctness gate
     eta: float = 0.0,  # Stage 2 crowding tie-break
 ) -> np.ndarray:  # scores s, (B, G)
-    "Per-trajectory scores of one GRPO step for `method` (see the table above)."
+    "Per-trajectory scores of one GRPO step for `method` over M objectives (see the table above)."
     check_method(method)
-    if eff_scale <= 0:
-        raise ValueError(f"eff_scale must be > 0, got {eff_scale}")
-    if np.shape(correct) != np.shape(calls) or np.ndim(correct) != 2:
-        raise ValueError(
-            f"correct and calls must both be (B, G), got {np.shape(correct)} and {np.shape(calls)}"
-        )
-    if not k_max >= 1:
-        raise ValueError(f"k_max must be >= 1 (the most calls per episode), got {k_max}")
-    r_acc, r_eff = np.asarray(correct, dtype=float), -eff_scale * np.asarray(calls, dtype=float)
+    R, lo, hi = np.asarray(R, dtype=float), np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    if R.ndim != 3 or R.shape[-1] < 2:
+        raise ValueError(f"R must be (B, G, M) with M >= 2 objectives, got shape {R.shape}")
+    M = R.shape[-1]
+    w = np.broadcast_to(np.asarray(w_static, dtype=float), (M - 1,))   # (M-1,) secondary weights
+    # (B, G, M), every objective in [0, 1]
+    Rn = normalize_objectives(R, lo, hi)
+    if correct is None:
+        correct = R[..., 0] >= hi[0]
+    if np.shape(correct) != R.shape[:2]:
+        raise ValueError(f"correct must be (B, G) = {R.shape[:2]}, got {np.shape(correct)}")
     if method == "acc_only":
-        return r_acc
+        return R[..., 0]
     if method == "static":
-        return r_acc + w_static * r_eff
+        # raw rewards: the primary plus the weighted secondaries
+        return R[..., 0] + R[..., 1:] @ w
     if method == "otc":
-        return r_acc + w_static * r_eff * r_acc
-    # (B, G, 2)
-    Rn = normalize_objectives(np.stack([r_acc, r_eff], -1), [0.0, -eff_scale * k_max], [1.0, 0.0])
+        # secondaries count only as far as the primary is achieved
+        return R[..., 0] + (R[..., 1:] @ w) * Rn[..., 0]
     if method == "stage1_only" or (method == "paretopo" and stage1):
         if sched is None:
             raise ValueError(f"{method} in Stage 1 needs an HVWeightScheduler")
+        if sched.n_obj != M:
+            raise ValueError(f"the scheduler has {sched.n_obj} objectives, R has {M}")
         return Rn @ sched.w
     return pareto_rank_scores(Rn, correct, gate=gate, eta=eta)
 
@@ -517,16 +595,47 @@ class MLPPolicy(nn.Module):
     def forward(self) -> torch.Tensor:
         return self.l2(torch.tanh(self.l1(self.x))).reshape(self.D, self.K)
 
+# %% ../nbs/06_paretopo.ipynb #pp060a
+ENV_INTERFACE = ("D", "k_max", "rollout", "exact_eval")   # what `train_tabular` needs of an env
+
+def check_env(env)->object:
+    "Raise a clear error when `env` lacks what `train_tabular` needs."
+    missing = [a for a in ENV_INTERFACE if not hasattr(env, a)]
+    if missing:
+        raise TypeError(
+            f"{type(env).__name__} lacks {missing}: an environment needs integers D and k_max "
+            "(the policy is a (D, k_max) table of CALL logits), rollout(theta, d, rng) -> "
+            "(calls, correct) and exact_eval(theta) -> (accuracy, mean calls); "
+            "objectives(calls, correct, eff_scale) -> (R, lo, hi) is optional (default: accuracy "
+            "and -calls)"
+        )
+    if int(env.D) != env.D or env.D < 1 or int(env.k_max) != env.k_max or env.k_max < 1:
+        raise ValueError(f"env.D and env.k_max must be positive integers, got {env.D}, {env.k_max}")
+    return env
+
+
+def env_objectives(env, calls:np.ndarray, correct:np.ndarray, eff_scale:float=1.0)->tuple:
+    ("Raw objectives (N, M) and their bounds: `env.objectives` when the environment defines it, "
+     "else accuracy and -calls.")
+    if hasattr(env, "objectives"):
+        return env.objectives(calls, correct, eff_scale)
+    return tool_objectives(correct, calls, env.k_max, eff_scale)
+
+
+def greedy_theta(theta:np.ndarray)->np.ndarray:
+    "The deterministic (greedy) version of a CALL-logit table: call exactly where P(CALL) > 1/2."
+    return np.where(np.asarray(theta) > 0, 40.0, -40.0)   # sigmoid(40) is 1 in float64
+
 # %% ../nbs/06_paretopo.ipynb #pp060
 def train_tabular(method:str,              # one of METHODS
-                  env:ToolCallEnv,         # the environment
+                  env,                     # any object with D, k_max, rollout, exact_eval
                   steps:int=300,           # GRPO updates
                   B:int=16,                # tasks per step
                   G:int=8,                 # rollouts per task (the group)
                   lr:float=0.1,            # Adam step (tabular); the MLP uses `lr_mlp`
                   eff_scale:float=1.0,     # c in R_eff = -c * calls
                   seed:int=0,              # tasks, coins and initial MLP weights
-                  w:float=0.1,             # weight of `static` and `otc`
+                  w:float=0.1,             # `static`/`otc` weight (scalar or per secondary)
                   switch_frac:float=0.5,   # paretopo: fraction of steps in Stage 1
                   gate:bool=True,          # Stage 2 correctness gate
                   eta:float=0.0,           # Stage 2 crowding tie-break
@@ -534,10 +643,11 @@ def train_tabular(method:str,              # one of METHODS
                   policy:str="tabular",    # "tabular" logits or an "mlp" producing them
                   hidden:int=32,           # MLP width
                   lr_mlp:float=0.01,       # MLP Adam step
-                 )->dict:                  # theta, acc, calls, hv, curves and weights per step
+                 )->dict:                  # theta; final and per-step results
     ("Train a CALL/ANSWER policy on `env` by GRPO with the score rule of `method`; exact "
      "evaluation every step.")
     check_method(method)
+    check_env(env)
     if policy not in ("tabular", "mlp"):
         raise ValueError(f"policy must be 'tabular' or 'mlp', got {policy!r}")
     if steps < 1 or B < 1:
@@ -548,35 +658,39 @@ def train_tabular(method:str,              # one of METHODS
         raise ValueError(f"the MLP needs hidden >= 1 units, got hidden={hidden}")
     if not 0 <= switch_frac <= 1:
         raise ValueError(f"switch_frac must be in [0, 1], got {switch_frac}")
-    rng = np.random.default_rng(seed)
+    rng, D, K = np.random.default_rng(seed), int(env.D), int(env.k_max)
+    # the number of objectives M, from the environment's own bounds
+    M = len(env_objectives(env, np.zeros(1, int), np.ones(1, bool), eff_scale)[1])
     sched = (
-        HVWeightScheduler(2, delta=delta, rho=rho, ema=ema)
+        HVWeightScheduler(M, delta=delta, rho=rho, ema=ema)
         if method in ("stage1_only", "paretopo")
         else None
     )
     if policy == "tabular":
-        theta, opt = np.zeros((env.D, env.k_max)), _Adam((env.D, env.k_max), lr)
+        theta, opt = np.zeros((D, K)), _Adam((D, K), lr)
     else:
-        net = MLPPolicy(env.D, env.k_max, hidden, seed)
+        net = MLPPolicy(D, K, hidden, seed)
         topt = torch.optim.Adam(net.parameters(), lr=lr_mlp)
         with torch.no_grad():
             theta = net().numpy().copy()
-    acc_c, calls_c, w_c = np.empty(steps + 1), np.empty(steps + 1), np.full((steps, 2), np.nan)
-    acc_c[0], calls_c[0] = env.exact_eval(theta)
+    ev = np.empty((steps + 1, 4))  # (acc, calls) of the policy, then of its greedy version
+    w_c = np.full((steps, M), np.nan)
+    ev[0] = *env.exact_eval(theta), *env.exact_eval(greedy_theta(theta))
     for t in range(steps):
-        d = np.repeat(rng.integers(0, env.D, B), G)  # B tasks, G rollouts each
+        d = np.repeat(rng.integers(0, D, B), G)  # B tasks, G rollouts each
         n, correct = env.rollout(theta, d, rng)
+        R, lo, hi = env_objectives(env, n, correct, eff_scale)   # (B*G, M)
         s1 = in_stage1(method, t, steps, switch_frac)
         if s1:
             w_c[t] = sched.w
         s = method_scores(
             method,
-            correct.reshape(B, G),
-            n.reshape(B, G),
-            env.k_max,
+            R.reshape(B, G, M),
+            lo,
+            hi,
+            correct=correct.reshape(B, G),
             stage1=s1,
             w_static=w,
-            eff_scale=eff_scale,
             sched=sched,
             gate=gate,
             eta=eta,
@@ -594,22 +708,22 @@ def train_tabular(method:str,              # one of METHODS
                 theta = net().numpy().copy()
         # Stage 1: move the weights after the step
         if s1:
-            sched.update(
-                normalize_objectives(
-                    np.c_[correct, -eff_scale * n], [0.0, -eff_scale * env.k_max], [1.0, 0.0]
-                )
-            )
-        acc_c[t + 1], calls_c[t + 1] = env.exact_eval(theta)
-    hv_c = acc_c * (1 - calls_c / env.k_max)
+            sched.update(normalize_objectives(R, lo, hi))
+        ev[t + 1] = *env.exact_eval(theta), *env.exact_eval(greedy_theta(theta))
+    hv_c, hvg_c = ev[:, 0] * (1 - ev[:, 1] / K), ev[:, 2] * (1 - ev[:, 3] / K)
     return dict(
         method=method,
         theta=theta,
-        acc=float(acc_c[-1]),
-        calls=float(calls_c[-1]),
+        acc=float(ev[-1, 0]),
+        calls=float(ev[-1, 1]),
         hv=float(hv_c[-1]),
-        acc_curve=acc_c,
-        calls_curve=calls_c,
+        acc_greedy=float(ev[-1, 2]),
+        calls_greedy=float(ev[-1, 3]),
+        hv_greedy=float(hvg_c[-1]),
+        acc_curve=ev[:, 0],
+        calls_curve=ev[:, 1],
         hv_curve=hv_c,
+        hv_greedy_curve=hvg_c,
         weights=w_c,
         fallbacks=sched.fallbacks if sched else 0,
         archive=sched.archive if sched else None,
@@ -958,11 +1072,13 @@ def train_llm_grpo(
             ]
         )
         calls = np.array([e["calls"] for e in eps])
+        R, lo, hi = tool_objectives(correct, calls, k_max)
         s = method_scores(
             method,
-            correct.reshape(B, G),
-            calls.reshape(B, G),
-            k_max,
+            R.reshape(B, G, 2),
+            lo,
+            hi,
+            correct=correct.reshape(B, G),
             stage1=s1,
             w_static=w,
             sched=sched,
@@ -976,7 +1092,7 @@ def train_llm_grpo(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if s1:
-            sched.update(normalize_objectives(np.c_[correct, -calls], [0.0, -k_max], [1.0, 0.0]))
+            sched.update(normalize_objectives(R, lo, hi))
         curve.append(
             dict(
                 step=t + 1,
@@ -1015,5 +1131,34 @@ def evaluate_agent(model, tok, problems: list, k_max: int = 3, max_new_tokens: i
         test_calls=calls,
         test_acc=float(np.mean(correct)),
         test_mean_calls=float(np.mean(calls)),
+        test_texts=[e["text"] for e in eps],
         example=eps[0]["text"],
     )
+
+# %% ../nbs/06_paretopo.ipynb #pp076a
+# the configurations each method is tuned over in every setting: as many for both
+TUNING_GRIDS = {
+    "static": tuple(dict(w=w) for w in (0.01, 0.03, 0.1, 0.3, 1.0)),  # two decades around 0.1
+    "paretopo": tuple(dict(switch_frac=f) for f in (0.1, 0.3, 0.5, 0.7, 0.9)),  # share in Stage 1
+}
+
+def _tabular_metric(method, env, seed, steps, eff_scale, metric, kw):
+    return train_tabular(method, env, steps=steps, seed=seed, eff_scale=eff_scale, **kw)[metric]
+
+
+def tune(method:str,               # a key of `grid`
+         env,                      # the setting's environment
+         seeds:Sequence[int],      # tuning seeds (never the claims' seeds)
+         steps:int,                # GRPO updates of each tuning run
+         eff_scale:float=1.0,      # the setting's efficiency scale
+         grid:dict|None=None,      # method -> configurations; None: TUNING_GRIDS
+         metric:str="hv_greedy",   # the key of train_tabular's result to maximise (mean over seeds)
+         n_jobs:int=1,             # worker processes
+         **kw,                     # passed on to train_tabular (policy, lr, ...)
+        )->tuple:                  # (best configuration, mean metric of each configuration)
+    "Pick the configuration of `method` with the best mean `metric` over `seeds` in one setting."
+    configs = (grid or TUNING_GRIDS)[method]
+    tasks = [(method, env, sd, steps, eff_scale, metric, kw | c) for c in configs for sd in seeds]
+    vals = np.array(parallel_map(_tabular_metric, tasks, n_jobs=n_jobs, show_progress=False))
+    means = vals.reshape(len(configs), len(seeds)).mean(1)
+    return dict(configs[int(np.argmax(means))]), [float(m) for m in means]

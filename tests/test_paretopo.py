@@ -11,9 +11,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent
 
 from maspob_etal.paretopo import (
-    HVWeightScheduler, METHODS, ToolCallEnv, crowding_distance, front_distance, group_advantages, hypervolume, hypervolume_2d,
-    logprob_grad, make_word_problems, method_scores, nondominated_ranks, normalize_objectives, pareto_rank_scores, parse_answer,
-    safe_eval, static_optimum, train_tabular, true_front)
+    HVWeightScheduler, METHODS, NONCONVEX_TABLES, TUNING_GRIDS, ToolCallEnv, crowding_distance, front_distance, group_advantages,
+    hypervolume, hypervolume_2d, linear_reach, logprob_grad, make_word_problems, method_scores, nondominated_ranks, nonconvex_env,
+    normalize_objectives, on_envelope, pareto_rank_scores, parse_answer, safe_eval, static_optimum, tool_objectives, train_tabular,
+    true_front, tune)
 
 
 # ---- hypervolume -------------------------------------------------------------------------------------------------
@@ -177,9 +178,119 @@ def test_static_optimum_analytic_and_training():
 # ---- scores and bad input ---------------------------------------------------------------------------------------
 def test_method_scores_values():
     cor, cl = np.array([[1, 1, 0, 0]], bool), np.array([[2, 0, 0, 3]])
-    np.testing.assert_allclose(method_scores("static", cor, cl, 6, w_static=0.1, eff_scale=2.0), [[0.6, 1.0, 0.0, -0.6]])
-    np.testing.assert_allclose(method_scores("otc", cor, cl, 6, w_static=0.1), [[0.8, 1.0, 0.0, 0.0]])
-    np.testing.assert_allclose(method_scores("acc_only", cor, cl, 6), [[1, 1, 0, 0]])
+    R, lo, hi = tool_objectives(cor, cl, 6, eff_scale=2.0)
+    np.testing.assert_allclose(method_scores("static", R, lo, hi, w_static=0.1), [[0.6, 1.0, 0.0, -0.6]])
+    np.testing.assert_allclose(method_scores("otc", *tool_objectives(cor, cl, 6), w_static=0.1), [[0.8, 1.0, 0.0, 0.0]])
+    np.testing.assert_allclose(method_scores("acc_only", R, lo, hi), [[1, 1, 0, 0]])
+
+
+def test_method_scores_take_m_objectives():
+    "Three objectives (accuracy, -calls, -tokens): every rule reads every column, with its own weight and bounds."
+    R = np.array([[[1, -2, -10], [1, 0, -80], [0, 0, 0], [0, -3, -50], [1, -1, -60]]], float)   # (1, 5, 3)
+    lo, hi = np.array([0, -6, -100.0]), np.array([1, 0, 0.0])
+    np.testing.assert_allclose(method_scores("static", R, lo, hi, w_static=[0.1, 0.01]), [[0.7, 0.2, 0.0, -0.8, 0.3]])
+    np.testing.assert_allclose(method_scores("otc", R, lo, hi, w_static=[0.1, 0.01]), [[0.7, 0.2, 0.0, 0.0, 0.3]])
+    np.testing.assert_allclose(method_scores("static", R, lo, hi, w_static=0.01), [[1 - 0.12, 1 - 0.8, 0, -0.53, 1 - 0.61]])
+    w = np.array([0.5, 0.3, 0.2])
+    Rn = (R - lo)/(hi - lo)
+    sch = HVWeightScheduler(3, w0=w)
+    np.testing.assert_allclose(method_scores("stage1_only", R, lo, hi, sched=sch), Rn @ w)
+    # Pareto ranks in 3-D: (1, -2, -10), (1, 0, -80) and (1, -1, -60) are mutually non-dominated; gated wrong answers last
+    np.testing.assert_array_equal(method_scores("stage2_only", R, lo, hi), [[0, 0, -1, -1, 0]])
+    np.testing.assert_array_equal(method_scores("stage2_only", R[..., :2], lo[:2], hi[:2]), [[-2, 0, -3, -3, -1]])
+    with pytest.raises(ValueError, match="3 objectives|has 2 objectives"):
+        method_scores("stage1_only", R, lo, hi, sched=HVWeightScheduler(2))
+    with pytest.raises(ValueError, match="M >= 2"): method_scores("static", R[..., :1], lo[:1], hi[:1])
+
+
+class _DuckEnv:
+    "Not a ToolCallEnv: its own success table and its own rollout, drawing the random numbers ToolCallEnv draws."
+    def __init__(self, P): self.P = np.atleast_2d(P); self.D, self.k_max = self.P.shape[0], self.P.shape[1] - 1
+    def _pcall(self, theta): return 1/(1 + np.exp(-theta))
+    def rollout(self, theta, d, rng):
+        u = rng.random((len(d), self.k_max))
+        n = np.cumprod(u < self._pcall(theta)[d], axis=1).sum(1)
+        return n, rng.random(len(d)) < self.P[d, n]
+    def exact_eval(self, theta):
+        c = self._pcall(theta)
+        reach = np.concatenate([np.ones((self.D, 1)), np.cumprod(c, 1)], 1)
+        pn = reach*np.concatenate([1 - c, np.ones((self.D, 1))], 1)
+        return float((pn*self.P).sum(1).mean()), float((pn*np.arange(self.k_max + 1)).sum(1).mean())
+
+
+class _ThreeObjEnv(_DuckEnv):
+    "A third objective: minus the calls beyond the first, bounded by k_max - 1."
+    def objectives(self, calls, correct, eff_scale):
+        R = np.c_[correct, -eff_scale*calls, -np.maximum(calls - 1, 0)].astype(float)
+        return R, np.array([0, -eff_scale*self.k_max, 1.0 - self.k_max]), np.array([1.0, 0, 0])
+
+
+def test_train_tabular_accepts_any_env():
+    P = [[0.3, 0.45, 0.6, 0.76, 0.78], [0.1, 0.2, 0.5, 0.55, 0.6]]
+    for m in ("paretopo", "static", "stage2_only"):
+        a, b = train_tabular(m, _DuckEnv(P), steps=60, seed=4), train_tabular(m, ToolCallEnv.from_table(P), steps=60, seed=4)
+        np.testing.assert_array_equal(a["theta"], b["theta"])                                  # same draws, same run
+    r = train_tabular("paretopo", _ThreeObjEnv(P), steps=40, seed=1)
+    assert r["weights"].shape == (40, 3) and np.allclose(np.nansum(r["weights"][:20], 1), 1)    # Stage 1 over 3 objectives
+    assert not np.isnan(r["weights"][:20, 2]).any() and (r["weights"][1:20, 2] > 0).any()        # the third gets weight
+    with pytest.raises(TypeError, match="exact_eval"): train_tabular("paretopo", type("E", (), {"D": 1, "k_max": 2})(), steps=2)
+
+
+# ---- the regime: non-convex fronts -----------------------------------------------------------------------------
+def test_nonconvex_levels_put_pareto_points_out_of_any_linear_weights_reach():
+    gaps = []
+    for level, table in enumerate(NONCONVEX_TABLES):
+        env = nonconvex_env(level)
+        pts = np.c_[env.P[0], np.arange(env.k_max + 1)]                  # the deterministic policies: (acc, calls) after k calls
+        front = true_front(env)
+        np.testing.assert_allclose(front, pts)                            # all 7 are Pareto-optimal (p rises with k)
+        # brute force: the optimum of acc - w calls over every weight w >= 0 (w = inf: fewest calls)
+        reached = {int(np.argmax(pts[:, 0] - w*pts[:, 1])) for w in np.r_[np.linspace(0, 1, 20001), 1e9]}
+        missed = set(range(len(pts))) - reached
+        assert missed == set(np.flatnonzero(~on_envelope(front)))         # exactly the points below the envelope
+        hv = pts[:, 0]*(1 - pts[:, 1]/env.k_max)
+        gaps.append(hv.max() - hv[sorted(reached)].max())
+        if level == 0: assert not missed                                  # concave: every point is some weight's optimum
+        else: assert 2 in missed and hv.argmax() == 2                     # the HV-best point is out of every weight's reach
+        assert linear_reach(env)["gap"] == pytest.approx(gaps[-1], abs=1e-12)
+    assert np.all(np.diff(gaps) > 0.01)                                   # the knob grows: 0, 0.02, 0.05, 0.083
+    np.testing.assert_allclose(gaps, [0, 0.02, 0.05, 0.4 - 0.95/3], atol=1e-9)
+
+
+def test_tuning_budget_is_equal_and_covers_every_scale():
+    assert len(TUNING_GRIDS["static"]) == len(TUNING_GRIDS["paretopo"]) >= 3
+    for c in (0.1, 1.0, 10.0):                                            # the card's weight 0.1 is reachable at every scale
+        assert any(abs(kw["w"]*c - 0.1) < 1e-12 for kw in TUNING_GRIDS["static"])
+    env, seeds = nonconvex_env(2), [5, 6]
+    grid = {"static": (dict(w=0.03), dict(w=0.2), dict(w=1.0))}
+    best, means = tune("static", env, seeds, 40, grid=grid)
+    direct = [np.mean([train_tabular("static", env, steps=40, seed=s, **kw)["hv_greedy"] for s in seeds]) for kw in grid["static"]]
+    np.testing.assert_allclose(means, direct)
+    assert best == grid["static"][int(np.argmax(direct))]
+    # at x10 the tuned static weight is not the untuned 0.1: its effective weight w c stays where scale 1 puts it
+    best10, _ = tune("static", ToolCallEnv(), [0], 200, eff_scale=10.0, grid={"static": (dict(w=0.01), dict(w=0.1))})
+    best1, _ = tune("static", ToolCallEnv(), [0], 200, eff_scale=1.0, grid={"static": (dict(w=0.1), dict(w=1.0))})
+    assert best10["w"]*10 == pytest.approx(best1["w"])
+
+
+def test_greedy_evaluation_is_the_deterministic_policy():
+    env = nonconvex_env(3)
+    th = np.array([[2.0, 0.5, -0.1, 3.0, 3.0, 3.0]])                     # calls twice, then answers
+    r = train_tabular("static", env, steps=1, seed=0)
+    assert r["hv_greedy_curve"][0] == pytest.approx(0.3)                  # theta = 0: P(CALL) = 1/2 is not > 1/2, answer at once
+    from maspob_etal.paretopo import greedy_theta
+    acc, calls = env.exact_eval(greedy_theta(th))
+    assert calls == pytest.approx(2) and acc == pytest.approx(0.6)
+
+
+def test_recorded_claims_decide_something():
+    "No claim is held on units that never differ (an effect of 0 with CI [0, 0] is inconclusive)."
+    import json
+    root = pathlib.Path(__file__).resolve().parents[1]/"results"
+    for f in sorted(root.glob("paretopo.*.json")):
+        for c in json.loads(f.read_text())["claims"]:
+            if c.get("ci_low") is not None and c["ci_low"] == c["ci_high"] == 0:
+                assert c.get("verdict") != "held", (f.name, c["id"])
 
 
 def test_bad_input():
@@ -198,9 +309,11 @@ def test_bad_shapes_and_sizes():
     env, rng = ToolCallEnv(), np.random.default_rng(0)
     with pytest.raises(ValueError, match=r"correct must have shape \(4,\)"):
         pareto_rank_scores(np.ones((4, 2)), np.ones(3, bool))
-    with pytest.raises(ValueError, match=r"correct and calls must both be \(B, G\)"):
-        method_scores("static", np.ones((2, 4), bool), np.ones((2, 3)), 6)
-    with pytest.raises(ValueError, match="k_max must be >= 1"): method_scores("paretopo", np.ones((2, 4), bool), np.ones((2, 4)), 0)
+    with pytest.raises(ValueError, match="correct and calls must have one shape"):
+        tool_objectives(np.ones((2, 4), bool), np.ones((2, 3)), 6)
+    with pytest.raises(ValueError, match="k_max must be >= 1"): tool_objectives(np.ones((2, 4), bool), np.ones((2, 4)), 0)
+    with pytest.raises(ValueError, match=r"correct must be \(B, G\)"):
+        method_scores("paretopo", *tool_objectives(np.ones((2, 4), bool), np.ones((2, 4)), 6), correct=np.ones((2, 3), bool))
     with pytest.raises(ValueError, match=r"difficulties in 0\.\.3"): env.rollout(np.zeros((4, 6)), np.array([0, 5]), rng)
     with pytest.raises(ValueError, match="hidden >= 1"): train_tabular("paretopo", env, steps=1, policy="mlp", hidden=0)
 
