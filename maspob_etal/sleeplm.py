@@ -21,14 +21,15 @@ from torch import Tensor, nn
 from .core import progress, seed_everything
 
 # %% auto #0
-__all__ = ['STAGES', 'STAGE_WORDS', 'CHANNELS', 'POSITIONS', 'CAPTION_KEYS', 'FS', 'EPOCH_S', 'OBJECTIVES', 'STAGE_PROMPTS',
-           'EDF_ALIASES', 'REQUIRED_EDF', 'PSGSet', 'hypnogram', 'zscore_subject', 'simulate_psg', 'measure_features',
-           'caption_epoch', 'make_captions', 'contrastive_text', 'normalise', 'WordTokenizer', 'MiniLMTokenizer',
-           'make_tokenizer', 'rope_freqs', 'apply_rope', 'Attention', 'SwiGLU', 'PostNormLayer', 'PreNormBlock',
-           'SleepLMConfig', 'AttnPool', 'DualAxisSignalEncoder', 'prefix_causal_mask', 'TextEncoder',
+__all__ = ['STAGES', 'STAGE_WORDS', 'CHANNELS', 'POSITIONS', 'CAPTION_KEYS', 'FS', 'EPOCH_S', 'OBJECTIVES', 'TEMPLATE_PROMPTS',
+           'STAGE_PROMPTS', 'EDF_ALIASES', 'REQUIRED_EDF', 'PSGSet', 'hypnogram', 'zscore_subject', 'simulate_psg',
+           'measure_features', 'caption_epoch', 'make_captions', 'contrastive_text', 'normalise', 'WordTokenizer',
+           'MiniLMTokenizer', 'make_tokenizer', 'rope_freqs', 'apply_rope', 'Attention', 'SwiGLU', 'PostNormLayer',
+           'PreNormBlock', 'SleepLMConfig', 'AttnPool', 'DualAxisSignalEncoder', 'prefix_causal_mask', 'TextEncoder',
            'FrozenMiniLMText', 'CaptionDecoder', 'ReconDecoder', 'clip_loss', 'objective_weights', 'SleepLM',
-           'prepare_data', 'train_sleeplm', 'embed_signals', 'embed_texts_sleeplm', 'zero_shot_stage',
-           'retrieval_recall', 'linear_probe', 'generate_captions', 'load_psg_tensor', 'load_edf']
+           'prepare_data', 'train_sleeplm', 'bow_zero_shot', 'embed_signals', 'embed_texts_sleeplm', 'zero_shot_stage',
+           'retrieval_recall', 'linear_probe', 'generate_captions', 'evaluate_sleeplm', 'run_seed', 'load_psg_tensor',
+           'load_edf']
 
 # %% ../nbs/03_sleeplm.ipynb #6d4e8c53
 STAGES = ("W", "N1", "N2", "N3", "R")  # class ids 0..4
@@ -556,9 +557,21 @@ def make_captions(
     return [caption_epoch(f, int(s), rng) for f, s in zip(measure_features(psg), psg.stage)]
 
 
-def contrastive_text(cap: dict) -> str:
-    "The contrastive text of an epoch: stage/event caption + brain caption (as in the demo)."
-    return cap["stage_event"] + " " + cap["brain"]
+_STAGE_SENTENCE = re.compile(
+    r"^\s*(sleep stage \w+ \.|this epoch is scored as \w+ \.|\w+ epoch \.)\s*"
+)
+
+
+def contrastive_text(
+    cap: dict,  # the captions of one epoch (any of CAPTION_KEYS)
+    with_stage: bool = False,  # keep the scored stage's sentence (the demo's pairing)
+) -> str:
+    "The contrastive text of an epoch: its brain caption and events, without the stage sentence."
+    se = cap.get("stage_event", "")
+    if not with_stage:
+        se = _STAGE_SENTENCE.sub("", se)
+    return " ".join(t for t in (cap.get("brain", "").strip(), se.strip()) if t)
+
 
 # %% ../nbs/03_sleeplm.ipynb #5e65bac3
 _TOK = re.compile(r"[a-z]+|\d+|[^\sa-z\d]")
@@ -1056,7 +1069,8 @@ class SleepLM(nn.Module):
     def __init__(self, cfg: SleepLMConfig, pad_id: int = 0, lock_text: bool = False):
         super().__init__()
         if cfg.vocab_size < 4:
-            raise ValueError(f"set cfg.vocab_size from the tokenizer, got {cfg.vocab_size}")
+            raise ValueError(f"set cfg.vocab_size from the tokenizer (or build the model with "
+                             f"SleepLM.from_data), got {cfg.vocab_size}")
         self.cfg, self.pad_id = cfg, pad_id
         self.signal = DualAxisSignalEncoder(cfg)
         self.text = FrozenMiniLMText(cfg) if lock_text else TextEncoder(cfg, pad_id)
@@ -1069,6 +1083,15 @@ class SleepLM(nn.Module):
 
     def encode_text(self, ids: Tensor) -> Tensor:
         return self.text(ids)
+
+    @classmethod
+    def from_data(cls, data: dict, lock_text: bool = False, **sizes) -> SleepLM:
+        "A model for `prepare_data`'s output: vocabulary, context, channels, samples from the data."
+        C, T = data["x"].shape[1:]
+        auto = dict(n_channels=C, signal_len=T, context=data["context"],
+                    vocab_size=data["vocab_size"])
+        return cls(SleepLMConfig(**{**auto, **sizes}), pad_id=data["pad_id"], lock_text=lock_text)
+
 
 # %% ../nbs/03_sleeplm.ipynb #cc87f3b2
 from fastcore.basics import patch
@@ -1102,16 +1125,75 @@ def losses(
     return out
 
 # %% ../nbs/03_sleeplm.ipynb #5a8d8ddd
-def prepare_data(psg: PSGSet, captions: list, tok, context: int = 64) -> dict:
-    "Tensors x (N,10,T), text ids (N,L), caption ids (N,5,L), stage (N,) to train and evaluate."
-    if len(captions) != len(psg):
-        raise ValueError(f"{len(captions)} captions for {len(psg)} epochs")
-    return dict(
-        x=torch.from_numpy(psg.x),
-        text=tok.encode([contrastive_text(c) for c in captions], context),
-        caps=torch.stack([tok.encode([c[k] for c in captions], context) for k in CAPTION_KEYS], 1),
-        stage=torch.from_numpy(psg.stage).long(),
-    )
+def _labels(labels, n: int) -> tuple:
+    "Class ids (n,) and class names from ids or names; names keep their first-seen order."
+    if labels is None:
+        return torch.full((n,), -1, dtype=torch.long), ()
+    a = np.asarray(labels)
+    if len(a) != n:
+        raise ValueError(f"{len(a)} labels for {n} epochs")
+    if a.dtype.kind in "iu":
+        return torch.as_tensor(a, dtype=torch.long), tuple(str(c) for c in range(int(a.max()) + 1))
+    names = tuple(dict.fromkeys(str(v) for v in a))
+    ids = {c: i for i, c in enumerate(names)}
+    return torch.tensor([ids[str(v)] for v in a], dtype=torch.long), names
+
+
+def prepare_data(
+    x,  # a PSGSet, or your own signals (N, C, T) as an array or tensor
+    captions: Sequence | None = None,  # per epoch: a dict (keys of CAPTION_KEYS) or free text
+    tok=None,  # a tokenizer; None: a WordTokenizer fitted on these texts and captions
+    context: int = 64,  # token ids per text
+    labels: Sequence | None = None,  # per epoch: class ids or names; default a PSGSet's stages
+    texts: Sequence[str] | None = None,  # per epoch: the contrastive text; default: from captions
+) -> dict:  # x, text, caps (N,6,L), has_cap (N,6), stage, classes, tok, vocab_size, pad_id, context
+    "Tokenise once: signals, contrastive texts, captions per condition (slot 5: free text), labels."
+    psg = x if isinstance(x, PSGSet) else None
+    xs = torch.as_tensor(np.asarray(psg.x if psg else x), dtype=torch.float32)
+    if xs.ndim != 3:
+        raise ValueError(f"signals must be an array [N, channels, samples], got {list(xs.shape)}")
+    N, K = len(xs), len(CAPTION_KEYS)
+    if captions is None and psg is not None and texts is None:
+        captions = make_captions(psg)
+    if captions is None and texts is None:
+        raise ValueError("pass captions (a dict or a string per epoch) or contrastive texts")
+    if captions is not None and len(captions) != N:
+        raise ValueError(f"{len(captions)} captions for {N} epochs")
+    if texts is None:
+        texts = [c if isinstance(c, str) else contrastive_text(c) for c in captions]
+    if len(texts) != N:
+        raise ValueError(f"{len(texts)} contrastive texts for {N} epochs")
+    slots = [[""] * N for _ in range(K + 1)]  # one row of texts per condition, then free text
+    for i, c in enumerate(captions or []):
+        if isinstance(c, str):
+            slots[K][i] = c
+            continue
+        bad = set(c) - set(CAPTION_KEYS)
+        if bad:
+            raise ValueError(f"unknown caption keys {sorted(bad)}; use any of {CAPTION_KEYS}")
+        for k, v in c.items():
+            slots[CAPTION_KEYS.index(k)][i] = v
+    if tok is None:
+        tok = WordTokenizer(list(texts) + [t for row in slots for t in row if t])
+    caps = torch.stack([tok.encode(row, context) for row in slots], 1)  # (N, K+1, L)
+    has = torch.tensor([[bool(t) for t in row] for row in slots]).T  # (N, K+1)
+    caps[~has] = tok.pad_id
+    y, classes = _labels(psg.stage if (psg is not None and labels is None) else labels, N)
+    if psg is not None and labels is None:
+        classes = STAGES
+    return dict(x=xs, text=tok.encode(list(texts), context), caps=caps, has_cap=has, stage=y,
+                classes=classes, tok=tok, vocab_size=tok.vocab_size, pad_id=tok.pad_id,
+                context=context)
+
+
+def _conditions(has: Tensor, idx: Tensor, g: torch.Generator) -> Tensor:
+    "One caption condition per epoch of the batch, uniform over the captions it has (5: free text)."
+    K = len(CAPTION_KEYS)
+    if bool(has[:, :K].all()) and not bool(has[:, K].any()):  # the five captions everywhere
+        return torch.randint(0, K, (len(idx),), generator=g)
+    w = has[idx].float()
+    w[w.sum(1) == 0, 0] = 1.0  # no caption (contrastive-only data): a condition no loss reads
+    return torch.multinomial(w, 1, generator=g)[:, 0]
 
 
 def train_sleeplm(
@@ -1125,11 +1207,21 @@ def train_sleeplm(
     seed: int = 0,  # seeds the batches and the caption conditions
     warmup: int = 10,  # linear warm-up steps
     show: bool = True,  # progress bar
+    checkpoints: Sequence[int] = (),  # steps after which `callback(step, model)` runs (eval mode)
+    callback=None,  # e.g. an evaluation at a smaller training budget
 ) -> list:  # one dict of losses per step
     "Train `model` in place with the ReCoCa objective (or an ablation); return the loss history."
-    objective_weights(objective, model.cfg)
+    w = objective_weights(objective, model.cfg)
     if steps < 1 or batch_size < 2:
         raise ValueError(f"need steps >= 1 and batch_size >= 2, got {steps}, {batch_size}")
+    has = data.get("has_cap")
+    if has is None:  # an older `prepare_data` dict: the five captions everywhere
+        has = torch.zeros(len(data["x"]), len(CAPTION_KEYS) + 1, dtype=torch.bool)
+        has[:, : data["caps"].shape[1]] = True
+    if w["cap"] > 0 and not bool(has.any(1).all()):
+        n_none = int((~has.any(1)).sum())
+        raise ValueError(f"objective {objective!r} decodes captions, but {n_none} "
+                         "epochs have none: pass a caption per epoch, or use objective='clip'")
     dev = next(model.parameters()).device
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(
@@ -1139,11 +1231,11 @@ def train_sleeplm(
         opt,
         lambda t: min(1.0, (t + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(t / steps, 1))),
     )
-    N, hist = len(data["x"]), []
+    N, hist, checkpoints = len(data["x"]), [], set(checkpoints)
     model.train()
     for t in progress(range(steps), desc=objective, disable=not show):
         idx = torch.randperm(N, generator=g)[:batch_size]
-        cond = torch.randint(0, len(CAPTION_KEYS), (len(idx),), generator=g)
+        cond = _conditions(has, idx, g)
         L = model.losses(
             data["x"][idx].to(dev),
             data["text"][idx].to(dev),
@@ -1158,14 +1250,48 @@ def train_sleeplm(
         with torch.no_grad():
             model.logit_scale.clamp_(max=math.log(100))
         hist.append({k: float(v.detach()) for k, v in L.items()})
+        if callback is not None and t + 1 in checkpoints:
+            model.eval()
+            callback(t + 1, model)
+            model.train()
     model.eval()
     return hist
 
 # %% ../nbs/03_sleeplm.ipynb #46030e38
-STAGE_PROMPTS = {
+# the caption templates' stage sentences: they name the stage (what zero-shot must not rely on)
+TEMPLATE_PROMPTS = {
     s: [f"sleep stage {w} .", f"this epoch is scored as {w} .", f"{w} epoch ."]
     for s, w in zip(STAGES, STAGE_WORDS)
 }
+# zero-shot prompts: each stage by its textbook EEG and eye signs, in wordings no caption uses
+STAGE_PROMPTS = {
+    "W": ["alpha dominates with blinks .", "eeg alpha rhythm , blinks , no spindles ."],
+    "N1": ["theta dominates with slow eye movements .", "theta rhythm , slow eye movements ."],
+    "N2": ["spindles with theta and delta , eyes quiet .", "eeg with spindles , no blinks ."],
+    "N3": ["delta dominates , eyes quiet , no spindles .", "slow delta rhythm , no spindles ."],
+    "R": ["theta with rapid eye movements .", "rapid eye movements , no spindles , theta rhythm ."],
+}
+
+
+def bow_zero_shot(
+    texts: Sequence[str],  # one text per epoch (e.g. its contrastive text)
+    prompts: dict | None = None,  # class -> prompt texts; default STAGE_PROMPTS
+) -> np.ndarray:  # class ids (N,)
+    "Shortcut: the class whose prompts share most words with each text (cosine of word counts)."
+    prompts = prompts or STAGE_PROMPTS
+    vocab = {w: i for i, w in enumerate(sorted({w for p in prompts.values() for t in p
+                                                for w in normalise(t).split()}))}
+
+    def counts(t):
+        v = np.zeros(len(vocab))
+        for w in normalise(t).split():
+            if w in vocab:
+                v[vocab[w]] += 1
+        return v / max(np.linalg.norm(v), 1e-12)
+
+    P = np.stack([np.mean([counts(t) for t in p], 0) for p in prompts.values()])  # (K, V)
+    P /= np.linalg.norm(P, axis=1, keepdims=True)
+    return (np.stack([counts(t) for t in texts]) @ P.T).argmax(1)
 
 
 @torch.no_grad()
@@ -1300,6 +1426,88 @@ def generate_captions(
         if done.all():
             break
     return tok.decode(ids.cpu())
+
+# %% ../nbs/03_sleeplm.ipynb #47c56eb2
+def evaluate_sleeplm(
+    model: SleepLM,
+    d_tr: dict,  # `prepare_data` of the training epochs (the probes draw their k examples there)
+    d_te: dict,  # `prepare_data` of held-out epochs, with labels
+    prompts: dict | None = None,  # zero-shot prompts; default STAGE_PROMPTS
+    probes: bool = True,  # also the k-shot probes (they embed every training epoch)
+    ks: Sequence[int] = (5, 10),  # labelled examples per class of the probes
+    probe_draws: int = 10,  # draws of the k examples, averaged
+    n_retrieval: int = 100,  # candidates per retrieval pool
+    draw_seed: int = 0,  # seeds the pools and the probe draws
+) -> dict:  # zs_acc, zs_f1, zs_pred, r1, probe{k}_acc/_f1, G_te (and G_tr)
+    "Zero-shot staging, signal-to-text R@1 and k-shot probes of one model on held-out epochs."
+    from sklearn.metrics import f1_score
+
+    prompts = prompts or STAGE_PROMPTS
+    y_te = d_te["stage"].numpy()
+    G_te = embed_signals(model, d_te["x"])
+    zs = zero_shot_stage(model, d_te["tok"], d_te["x"], prompts, d_te["context"], sig_emb=G_te)
+    T_te = embed_texts_sleeplm(model, d_te["text"])
+    rng = np.random.default_rng(draw_seed)
+    pools = np.array_split(rng.permutation(len(G_te)), max(1, len(G_te) // n_retrieval))
+    out = dict(zs_acc=float(np.mean(zs == y_te)), zs_pred=zs, G_te=G_te,
+               zs_f1=float(f1_score(y_te, zs, average="macro", labels=range(len(prompts)))),
+               r1=float(np.mean([retrieval_recall(G_te[p], T_te[p], ks=(1,))["s2t R@1"]
+                                 for p in pools])))
+    if probes:  # and zero-shot with the templates' stage sentences, which name the stage
+        zt = zero_shot_stage(model, d_te["tok"], d_te["x"], TEMPLATE_PROMPTS, d_te["context"],
+                             sig_emb=G_te)
+        out["zs_template_acc"] = float(np.mean(zt == y_te))
+        G_tr, y_tr = embed_signals(model, d_tr["x"]), d_tr["stage"].numpy()
+        out["G_tr"] = G_tr
+        for k in ks:
+            pr = [linear_probe(G_tr, y_tr, G_te, y_te, k, seed=draw_seed * 1000 + j)
+                  for j in range(probe_draws)]
+            out[f"probe{k}_acc"] = float(np.mean([p["acc"] for p in pr]))
+            out[f"probe{k}_f1"] = float(np.mean([p["macro_f1"] for p in pr]))
+    return out
+
+
+def run_seed(
+    seed: int,  # initial weights, batches, caption conditions and probe draws
+    d_tr: dict,  # training data (`prepare_data`)
+    d_te: dict,  # held-out data with labels
+    cfg: SleepLMConfig,  # model sizes (vocabulary from the data)
+    objectives: Sequence[str] = OBJECTIVES,  # trained from the same initial weights
+    budgets: Sequence[int] = (150,),  # steps at which to evaluate; the last is the run's length
+    batch_size: int = 32,
+    lr: float = 2e-3,
+    prompts: dict | None = None,  # zero-shot prompts
+    probe_draws: int = 10,
+    n_retrieval: int = 100,
+    keep_models: bool = False,  # also return the trained models and the embeddings
+    device: str = "cpu",
+) -> dict:  # rows (one per objective and budget, plus the random copy), hists, (models, emb)
+    "Train each objective for the largest budget from one initialisation; evaluate at every budget."
+    budgets = sorted(budgets)
+    rows, hists, models, emb = [], {}, {}, {}
+
+    def row(obj, b, ev):
+        rows.append(dict(seed=seed, objective=obj, steps=b,
+                         **{k: v for k, v in ev.items() if not k.startswith(("G_", "zs_pred"))},
+                         zs_pred=ev["zs_pred"].tolist()))
+        if keep_models and "G_tr" in ev:
+            emb[obj, b] = (ev["G_tr"], ev["G_te"])
+
+    kw = dict(prompts=prompts, probe_draws=probe_draws, n_retrieval=n_retrieval, draw_seed=seed)
+    for i, obj in enumerate(objectives):
+        torch.manual_seed(seed)
+        model = SleepLM(cfg, pad_id=d_tr["pad_id"]).to(device)
+        if i == 0:  # the same initial weights, untrained
+            row("random init", 0, evaluate_sleeplm(model, d_tr, d_te, **kw))
+        cb = lambda t, m, obj=obj: row(
+            obj, t, evaluate_sleeplm(m, d_tr, d_te, probes=t == budgets[-1], **kw)
+        )
+        hists[obj] = train_sleeplm(model, d_tr, steps=budgets[-1], batch_size=batch_size, lr=lr,
+                                   objective=obj, seed=seed, show=False, checkpoints=budgets,
+                                   callback=cb)
+        if keep_models:
+            models[obj] = model.cpu()
+    return dict(rows=rows, hists=hists, models=models, emb=emb)
 
 # %% ../nbs/03_sleeplm.ipynb #1ca79540
 EDF_ALIASES = {
