@@ -256,13 +256,16 @@ def test_overfit_eight_epochs(small):
         G, T = embed_signals(m, d["x"]), embed_texts_sleeplm(m, d["text"])
         S = m.logit_scale.exp()*G @ T.T
         row_ce = -(S.diag() - S.logsumexp(1))                      # the signal-to-text InfoNCE term of each epoch
-    assert np.mean(acc) > 0.9, acc                                  # captions learnt (1.0 on every seed and thread count tried)
+    # margins: on seeds 0-3 the token accuracy ends at 0.98-1.0, the contrastive loss at 0.001 from 2.1, the row losses
+    # below 0.002; at lr 1e-2 one seed in four collapsed (InfoNCE stuck at ln 8), so the rate is 3e-3
+    assert np.mean(acc) > 0.9, acc
     assert h[-1]["con"] < 0.25*h[0]["con"], (h[0]["con"], h[-1]["con"])
+    assert float(row_ce.mean()) < math.log(2)/4, row_ce             # so at most 2 of the 8 rows reach ln 2
     # an epoch whose row loss is under ln 2 holds more than half the softmax: its own text is its nearest, always
     first = (S.argmax(1) == torch.arange(8))
     assert bool(first[row_ce < math.log(2)].all())
     r1 = retrieval_recall(G, T, ks=(1,))["s2t R@1"]
-    assert r1 >= float((row_ce < math.log(2)).float().mean())
+    assert r1 >= float((row_ce < math.log(2)).float().mean()) >= 0.75
     gen = generate_captions(m, tok, d["x"][:2], 4, max_len=64)
     assert all(isinstance(g, str) and g for g in gen)
 
