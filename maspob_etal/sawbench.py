@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/sawbench.html.md"""
 
 # %% ../nbs/19_sawbench.ipynb #425b764a
 from __future__ import annotations
-import json, math, re, zlib
+import json, math, re, time, zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
@@ -27,10 +27,10 @@ __all__ = ['TASKS', 'EYE', 'WALK', 'TURN', 'PAN', 'SIM_HZ', 'PALETTE', 'DISTRACT
            'AFF_OBJECTS', 'REAL_COUNTS', 'SPLIT_SEED0', 'REQUIRED_COLUMNS', 'PAPER_OVERALL', 'SAWObject', 'Scene',
            'make_scene', 'cast_walls', 'render_frames', 'simulate', 'frame_index', 'label_localization', 'bearing_deg',
            'label_direction', 'label_revplan', 'execute_instructions', 'label_affordance', 'turn_events', 'label_shape',
-           'SAWItem', 'Rejected', 'make_item', 'make_split', 'Model', 'ChanceModel', 'BlindPriorModel',
-           'OraclePoseModel', 'VOGeometryModel', 'SAWNet', 'text_vectors', 'VideoQAModel', 'VideoGRUModel',
-           'BagOfFramesModel', 'evaluate', 'summarize', 'parse_answer', 'format_prompt', 'load_sawbench', 'load_frames',
-           'score_answers', 'compare_to_paper']
+           'SAWItem', 'Rejected', 'make_item', 'make_split', 'Model', 'ChanceModel', 'BlindPriorModel', 'LetterModel',
+           'LetterPriorModel', 'OraclePoseModel', 'VOGeometryModel', 'SAWNet', 'text_vectors', 'VideoQAModel',
+           'VideoGRUModel', 'BagOfFramesModel', 'evaluate', 'summarize', 'parse_answer', 'format_prompt',
+           'load_sawbench', 'load_frames', 'score_answers', 'compare_to_paper', 'run_seed']
 
 # %% ../nbs/19_sawbench.ipynb #1e9ea96b
 TASKS = ("localization", "direction", "shape", "revplan", "memory", "affordance")
@@ -598,15 +598,19 @@ def _gen_localization(rng, sc, label):
     return P, R, q, list(LOC_LABELS), label, dict(pos=(x, y))
 
 
-def _gen_direction(rng, sc, label):
+def _gen_direction(rng, sc, label, n_turns=None):
+    # n_turns fixes the number of 90-degree turns; the clip then always ends with a head turn
     if label == "Same location":
         P, R = _route(rng, sc, [("pan", (1 if rng.random() < 0.5 else -1) * rng.uniform(90, 300))])
     else:
         acts = [("walk", _seg(rng, sc))]
-        for _ in range(rng.integers(0, 3)):
+        k = rng.integers(0, 3) if n_turns is None else n_turns
+        for _ in range(k):
             acts += [("turn", 90 * (1 if rng.random() < 0.5 else -1)), ("walk", _seg(rng, sc))]
-        # an optional final head turn
-        if rng.random() < 0.5:
+        # a final head turn: optional, or of any angle on the turn knob's items
+        if n_turns is not None:
+            acts.append(("pan", rng.uniform(-180, 180)))
+        elif rng.random() < 0.5:
             acts.append(("pan", rng.uniform(-150, 150)))
         P, R = _route(rng, sc, acts)
     got = label_direction(P[0], P[-1], margin_deg=7.5, dist_margin=0.3)
@@ -625,7 +629,7 @@ def _gen_direction(rng, sc, label):
         TEMPLATES["direction"],
         opts,
         label,
-        dict(start=P[0, :2].tolist(), end_pose=P[-1].tolist()),
+        dict(start=P[0, :2].tolist(), end_pose=P[-1].tolist(), n_turns=len(turn_events(P))),
     )
 
 
@@ -883,21 +887,26 @@ def make_item(
     fps: float = 2.0,  # frame rate of the video; the benchmark's is 2
     scene_category: str | None = None,  # "indoor", "outdoor" or None (a fair coin)
     render: bool = True,  # False skips the frames (labels and questions only)
+    n_turns: int | None = None,  # direction only: exactly this many turns, then a head turn
 ) -> SAWItem:
     "Draw one MiniSAW item: label first, then a scene and route, 2 fps frames, shuffled options."
     if task not in TASKS:
         raise ValueError(f"unknown task key {task!r}; use one of {TASKS}")
+    if n_turns is not None and (task != "direction" or int(n_turns) < 0):
+        raise ValueError(f"n_turns (>= 0) is for the direction task only, got {n_turns} for {task}")
     if fps != 2.0:
         raise ValueError(f"MiniSAW simulates 2 fps clips only (fps=2.0), got {fps}")
     rng = np.random.default_rng([seed, TASKS.index(task), 19])
     cat = scene_category or ("indoor" if rng.random() < 0.5 else "outdoor")
-    # the label comes first: consecutive seeds cycle through them
-    label = _LABELS[task][seed % len(_LABELS[task])]
+    # the label comes first, drawn uniformly; on the turn knob a route is walked (no Same location)
+    labels = _LABELS[task] if n_turns is None else DIR_LABELS[:8]
+    label = labels[rng.integers(len(labels))]
+    kw = {} if n_turns is None else dict(n_turns=int(n_turns))
     rejected = 0
     while True:
         sc = make_scene(rng, cat)
         try:
-            P, R, q, opts, gold, meta = _GEN[task](rng, sc, label)
+            P, R, q, opts, gold, meta = _GEN[task](rng, sc, label, **kw)
             break
         except Rejected:
             rejected += 1
@@ -924,9 +933,10 @@ def make_item(
         rejected=rejected,
         scene_after=None if scenes is None else scenes[1],
     )
-    return SAWItem(
-        seed, f"{task}_{seed}", task, cat, q, options, answer, options[answer], frames, meta
-    )
+    if n_turns is not None:
+        meta["n_turns"] = int(n_turns)
+    key = f"{task}_{seed}" if n_turns is None else f"{task}_{seed}_turns{n_turns}"
+    return SAWItem(seed, key, task, cat, q, options, answer, options[answer], frames, meta)
 
 # %% ../nbs/19_sawbench.ipynb #ce891691
 # README table, 2,071 items
@@ -968,7 +978,7 @@ class Model(Protocol):
 class ChanceModel:
     "Uniform random choice among the options, seeded per item."
 
-    name = "chance"
+    name, needs_frames = "chance", False
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -984,7 +994,7 @@ class ChanceModel:
 class BlindPriorModel:
     "Text only: the option most often right for this task in the train split (ties: first offered)."
 
-    name = "blind prior"
+    name, needs_frames = "blind prior", False
 
     def __init__(self):
         self.counts = {}
@@ -1000,10 +1010,43 @@ class BlindPriorModel:
         return int(np.argmax([c.get(o, 0) for o in item.options]))
 
 
+class LetterModel:
+    "Position only: always the same option letter (A by default; the last one if there are fewer)."
+
+    needs_frames = False
+
+    def __init__(self, letter: int = 0):
+        if letter < 0:
+            raise ValueError(f"letter must be an option position >= 0, got {letter}")
+        self.letter, self.name = letter, f"letter {'ABCDEFGHIJ'[letter]}"
+
+    def predict(self, item: SAWItem) -> int:
+        return min(self.letter, len(item.options) - 1)
+
+
+class LetterPriorModel:
+    "Position only: per task, the option letter most often right in the train split (ties: first)."
+
+    name, needs_frames = "train-majority letter", False
+
+    def __init__(self):
+        self.counts = {}
+
+    def fit(self, items: Sequence[SAWItem]) -> "LetterPriorModel":
+        for it in items:
+            c = self.counts.setdefault(it.task, np.zeros(10, int))
+            c[it.answer] += 1
+        return self
+
+    def predict(self, item: SAWItem) -> int:
+        c = self.counts.get(item.task, np.zeros(10, int))
+        return int(np.argmax(c[: len(item.options)]))
+
+
 class OraclePoseModel:
     "Ground-truth poses and scene through the labellers: the human-proxy ceiling."
 
-    name = "oracle"
+    name, needs_frames = "oracle", False
 
     def predict(self, item: SAWItem) -> int:
         m, P = item.meta, item.meta.get("poses")
@@ -1035,7 +1078,7 @@ class OraclePoseModel:
 class VOGeometryModel:
     "Visual odometry (column-profile yaw, wall-edge distance) and rule labellers; others at chance."
 
-    name = "VO geometry"
+    name, needs_frames = "VO geometry", True
 
     def __init__(
         self,
@@ -1346,8 +1389,7 @@ def text_vectors(texts: Sequence[str], embed: Callable | None = None) -> dict:
 class VideoQAModel:
     "A trainable SAWNet with its data pipeline: `fit(items)`, then `predict` or `predict_batch`."
 
-    temporal = "gru"
-    name = "video model"
+    temporal, name, needs_frames = "gru", "video model", True
 
     def __init__(
         self,
@@ -1405,6 +1447,7 @@ class VideoQAModel:
         steps: int = 1000,
         batch: int = 32,
         show_progress: bool = False,
+        callback: Callable | None = None,  # callback(step, model) after each step (step from 1)
     ) -> "VideoQAModel":
         "Train with AdamW on random minibatches of `items` (cross-entropy over the options)."
         if steps < 1 or batch < 1:
@@ -1424,6 +1467,9 @@ class VideoQAModel:
             loss.backward()
             opt.step()
             self.losses.append(loss.item())
+            if callback is not None:
+                callback(step + 1, self)
+                self.net.train()
         return self
 
     @torch.no_grad()
@@ -1451,22 +1497,38 @@ class BagOfFramesModel(VideoQAModel):
     temporal, name = "mean", "BagOfFrames"
 
 # %% ../nbs/19_sawbench.ipynb #b52eaee6
+def _with_frames(it: SAWItem, fps: float, max_frames: int | None) -> SAWItem:
+    "The item with its video decoded when its frames are not loaded yet (a real item)."
+    if it.frames is not None or "video_path" not in it.meta:
+        return it
+    return replace(it, frames=load_frames(it, fps=fps, max_frames=max_frames))
+
+
 def evaluate(
     model,  # anything with predict(item) (and optionally predict_batch(items))
     items: Sequence[SAWItem],  # the questions
     name: str | None = None,  # the model's label in the table; default model.name
+    fps: float = 2.0,  # frame rate at which real videos are decoded
+    max_frames: int | None = None,  # keep at most this many decoded frames per video
+    chunk: int = 64,  # items decoded and answered at a time (their frames are then dropped)
 ) -> pd.DataFrame:  # one row per item
-    "Per-item correctness of `model` on `items`, with task and scene category."
+    "Per-item correctness of `model` on `items`; real videos are decoded if the model needs frames."
     if len(items) == 0:
         raise ValueError("no items to evaluate")
     bad = sorted({it.task for it in items} - set(TASKS))
     if bad:
         raise ValueError(f"unknown task keys {bad}; use {TASKS}")
-    preds = (
-        model.predict_batch(items)
-        if hasattr(model, "predict_batch")
-        else [model.predict(it) for it in items]
-    )
+    preds = []
+    for i in range(0, len(items), chunk):
+        part = list(items[i : i + chunk])
+        # a model without the attribute is assumed to look at the video
+        if getattr(model, "needs_frames", True):
+            part = [_with_frames(it, fps, max_frames) for it in part]
+        preds += (
+            list(model.predict_batch(part))
+            if hasattr(model, "predict_batch")
+            else [model.predict(it) for it in part]
+        )
     return pd.DataFrame(
         dict(
             model=name or getattr(model, "name", type(model).__name__),
@@ -1713,3 +1775,72 @@ def compare_to_paper(summary: pd.DataFrame, label: str = "ours") -> pd.DataFrame
         }
     )
     return pd.concat([paper, ours])
+
+# %% ../nbs/19_sawbench.ipynb #a53837ce
+_SPLIT_CACHE: dict = {}  # the shared train split, rendered once per process
+
+
+def _train_split(counts: dict, w: int, h: int) -> list[SAWItem]:
+    k = (tuple(sorted(counts.items())), w, h)
+    if k not in _SPLIT_CACHE:
+        _SPLIT_CACHE.clear()
+        _SPLIT_CACHE[k] = make_split("train", counts, w=w, h=h)
+    return _SPLIT_CACHE[k]
+
+
+def run_seed(
+    seed: int,  # the unit: its test split, its knob items, its learned models' seed
+    counts_test: dict,  # test items per task
+    counts_train: dict,  # train items per task (one train split shared by every seed)
+    knob_turns: Sequence[int] = (0, 1, 2),  # the regime knob: turns in a direction route
+    knob_per_value: int = 40,  # direction items per knob value
+    w: int = 64,
+    h: int = 48,  # frame size, pixels
+    budgets: Sequence[int] = (300, 1000, 3000),  # training steps at which learned models are scored
+    batch: int = 32,
+    pool: int = 2,  # the learned models see frames average-pooled by this factor
+    lr: float = 2e-3,
+    device: str = "cpu",
+    embed: Callable | None = None,  # replaces MiniLM (tests)
+) -> dict:  # res (one row per model, budget and item), losses, seconds
+    "One independent unit: every model on seed `seed`'s items; the learned ones at each budget."
+    t0 = time.time()
+    train = _train_split(counts_train, w, h)
+    t1 = time.time()
+    test = make_split("test", counts_test, seed0=10**4 * seed, w=w, h=h)
+    # the knob's items: their own seeds, exactly k turns, then a head turn
+    knob = [
+        it
+        for k in knob_turns
+        for it in make_split(
+            "test", {"direction": knob_per_value}, seed0=10**4 * seed + 5000 + 1000 * k,
+            w=w, h=h, n_turns=k,
+        )
+    ]
+    items = test + knob
+    t2 = time.time()
+    floors = [
+        ChanceModel(seed), BlindPriorModel().fit(train), LetterModel(0),
+        LetterPriorModel().fit(train), OraclePoseModel(), VOGeometryModel(seed=seed),
+    ]
+    rows = [evaluate(m, items).assign(budget=0) for m in floors]
+    t3 = time.time()
+    losses = {}
+    for cls in (BagOfFramesModel, VideoGRUModel):
+        def at_budget(step, model):
+            if step in budgets:
+                rows.append(evaluate(model, items).assign(budget=step))
+
+        m = cls(seed=seed, pool=pool, device=device, lr=lr, embed=embed)
+        m.fit(train, steps=max(budgets), batch=batch, callback=at_budget)
+        losses[cls.name] = [float(x) for x in m.losses]
+    t4 = time.time()
+    for it in items:  # drop this unit's pooled frames; the train split's stay cached
+        _FRAME_CACHE.pop((it.key, it.frames.shape, pool), None)
+    main = {it.key for it in test}
+    part = {it.key: ("main" if it.key in main else "turns") for it in items}
+    turns = {it.key: it.meta.get("n_turns", -1) for it in items}
+    res = pd.concat(rows, ignore_index=True).assign(seed=seed)
+    res["part"], res["n_turns"] = res.key.map(part), res.key.map(turns)
+    secs = dict(train_render=t1 - t0, test_render=t2 - t1, floors_vo=t3 - t2, learned=t4 - t3)
+    return dict(res=res, losses=losses, seconds=secs)
