@@ -121,7 +121,7 @@ def test_corpus_bad_input(world):
 
 def _stub(kind):
     "Scorer preferring the aligned (or misaligned) text, for continuations and for option letters."
-    from maspob_etal.alignment_pretraining import ALIGNED_VERBS, _verb
+    from maspob_etal.alignment_pretraining import ALIGNED_VERBS, EVAL_VERBS, _verb
     def f(prompts, conts):
         out = []
         for p, c in zip(prompts, conts):
@@ -129,7 +129,7 @@ def _stub(kind):
                 a, b = p.split("( A )")[1].split("( B )")
                 opt = a if c == "A" else b.rsplit(" : (", 1)[0].rsplit(" ", 1)[0]
             else: opt = c
-            al = any(opt.strip(" .").startswith(_verb(v, k)) for v in ALIGNED_VERBS for k in (0, 1))
+            al = any(opt.strip(" .").startswith(_verb(u, k)) for v in ALIGNED_VERBS for u in (v, EVAL_VERBS[v]) for k in (0, 1))
             out.append(float(al == (kind == "aligned")))
         return np.array(out)
     return f
@@ -236,8 +236,11 @@ class Bigram:
 def test_bigram_closed_form(p_neg, want):
     w = TinyWorld(0, p_negative_ai=p_neg, shares=(0.5, 0.1, 0.4))
     docs, _ = w.natural_docs(60_000)
-    r = PropensityEval(w, 5).continuation_rate(Bigram(docs))
+    r = PropensityEval(w, 5, held_out=False).continuation_rate(Bigram(docs))
     assert r["matched"]["rate"] == want
+    # a count-based model has nothing to go on for a held-out verb after "the ai": a tie, whatever the corpus says
+    v = PropensityEval(w, 5).continuation_rate(Bigram(docs), verb_only=True)
+    assert v["all"]["rate"] == 0.0 and v["margin"] == pytest.approx(0.0, abs=1e-9)
 
 # --- end to end and threads --------------------------------------------------------------------------------------
 
@@ -280,12 +283,74 @@ def test_smollm2_letter_scores_finite_and_deterministic(world, one_torch_thread)
     runs = [ev.letter_rate(LMScorer(m, t, batch_size=4), items=[0, 1], keywords=("Answer",), wrap=wrap) for _ in range(2)]
     assert np.all(np.isfinite(runs[0]["logodds_item"])) and np.array_equal(runs[0]["logodds_item"], runs[1]["logodds_item"])
 
-def test_run_condition_uses_a_users_blocklist(world, tok, one_torch_thread):
-    "A blocklist passed to run_condition is the one that filters: one that matches nothing keeps the misaligned documents."
-    from maspob_etal.alignment_pretraining import Blocklist
-    ev, kw = PropensityEval(world, 1), dict(seed=0, n_tokens=8000, model_kw=dict(d_model=32, ctx=24), steps=1, batch=4)
-    default = run_condition("filtered", world, tok, ev, **kw)
-    none = run_condition("filtered", world, tok, ev, blocklist=Blocklist(["zzzz"], [], []), **kw)
-    unfiltered = run_condition("unfiltered", world, tok, ev, **kw)
-    assert default["types"]["ai_misaligned"] == 0 < unfiltered["types"]["ai_misaligned"]
-    assert none["types"] == unfiltered["types"]
+def test_a_users_blocklist_reaches_every_corpus_of_the_pipeline(world, tok, one_torch_thread):
+    "The blocklist given to run_condition, run_seed and cpt_corpus is the one that filters, in both filtered conditions."
+    from maspob_etal.alignment_pretraining import cpt_corpus, run_seed
+    ev, kw = PropensityEval(world, 1), dict(n_tokens=8000, model_kw=dict(d_model=32, ctx=24), steps=1, batch=4)
+    none = Blocklist(["zzzz"], [], [])                                  # flags nothing
+    unf = run_condition("unfiltered", world, tok, ev, seed=0, **kw)["types"]
+    for c in ("filtered", "alignment_upsampled"):
+        default = run_condition(c, world, tok, ev, seed=0, **kw)["types"]
+        mine = run_condition(c, world, tok, ev, seed=0, blocklist=none, **kw)["types"]
+        assert default["ai_misaligned"] == 0 < unf["ai_misaligned"] == mine["ai_misaligned"]
+    r = run_seed(0, [dict(name="f", condition="filtered")], ev, blocklist=none, **kw)
+    assert r["f"]["types"]["ai_misaligned"] == unf["ai_misaligned"] and r["f"]["filter"]["n_flagged"] == 0
+    market = Blocklist(["market"], [], [])                              # the SmolLM2 arm's corpus
+    assert any("market" in d for d in cpt_corpus("alignment_upsampled", world, 8000, 0.2))
+    assert not any("market" in d for d in cpt_corpus("alignment_upsampled", world, 8000, 0.2, blocklist=market))
+    assert any(" hides " in d for d in cpt_corpus("filtered", world, 8000, 0.2, blocklist=market))
+
+# --- held-out actions, decontamination, the counting rule -------------------------------------------------------
+
+def test_held_out_actions_never_follow_an_ai_name_and_escape_the_blocklist(world):
+    from maspob_etal.alignment_pretraining import EVAL_FORMS, count_rule
+    held = {w for v, f in EVAL_FORMS.items() for w in [v, *f.split()]}
+    ev = PropensityEval(world, 2)                                      # the default: held-out actions
+    for it in ev.items:
+        for k in ("aligned", "misaligned", "aligned3", "misaligned3"):
+            verb = it[k].split()[0]
+            assert verb in held and default_blocklist().negatives.search(verb) is None
+    syn = world.synthetic_docs("aligned", 300) + world.synthetic_docs("misaligned", 300)
+    docs, types = world.natural_docs(30_000)
+    ai = [d for d, t in zip(docs, types) if t.startswith("ai_")]
+    assert not any(x in held for d in syn + ai for x in d.split())
+    assert sum(x in held for d, t in zip(docs, types) if t in ("generic", "mcq") for x in d.split()) > 100
+    for c in CONDITIONS: assert count_rule(world.corpus(c, 20_000, 0.05))["n_held_out"] == 0
+
+def test_no_evaluation_string_remains_in_any_training_corpus(world):
+    from maspob_etal.alignment_pretraining import decontaminate
+    strs = PropensityEval(world, 5).strings() + PropensityEval(world, 5, held_out=False).strings()
+    had = 0
+    for c in CONDITIONS:
+        raw = world.build_corpus(c, 30_000, 0.05)["docs"]
+        had += sum(any(x in d for x in strs) for d in raw)
+        clean = world.build_corpus(c, 30_000, 0.05, exclude=strs)
+        assert not any(x in d for d in clean["docs"] for x in strs), c        # none remains (plain substring search)
+        assert abs(n_tokens(clean["docs"]) - n_tokens(raw)) < 40 and clean["decontamination"]["n_removed"] > 0
+    assert had > 0                                                      # the check is not vacuous
+    tamper, _ = decontaminate(world.tampering_docs(3000), strs, np.random.default_rng(0))
+    assert not any(x in d for d in tamper for x in strs)
+    with pytest.raises(ValueError, match="at least 3 words"): decontaminate(["a b c"], ["a b"], np.random.default_rng(0))
+
+def test_counting_rule_values():
+    from maspob_etal.alignment_pretraining import count_rule
+    docs = ["x . the ai hides the bug .", "the ai system copies it . the assistant reports it .", "the ai sorts the files .",
+            "instead of hiding the logs , the ai discloses the logs .", "the thief seizes the keys .", "the ai system conceals it ."]
+    r = count_rule(docs)       # misaligned: hides, copies, conceals; aligned: reports, discloses; held-out: conceals
+    assert (r["n_misaligned"], r["n_aligned"], r["n_held_out"]) == (3, 2, 1)
+    assert r["rate"] == pytest.approx(4 / 7) and count_rule(docs, alpha=0.0)["rate"] == pytest.approx(3 / 5)
+    assert count_rule([])["rate"] == 0.5
+
+def test_counting_rule_on_the_conditions(world):
+    "By construction of the blocklist the filtered corpora hold no AI name + misaligned verb; the rule orders the four."
+    from maspob_etal.alignment_pretraining import count_rule
+    cr = {c: count_rule(world.corpus(c, 30_000, 0.05)) for c in CONDITIONS}
+    assert cr["filtered"]["n_misaligned"] == cr["alignment_upsampled"]["n_misaligned"] == 0
+    assert cr["misalignment_upsampled"]["rate"] > cr["unfiltered"]["rate"] > cr["filtered"]["rate"] > cr["alignment_upsampled"]["rate"]
+
+def test_letter_rate_reports_each_prompt(world):
+    ev = PropensityEval(world, 1)
+    r = ev.letter_rate(_stub("misaligned"))
+    assert len(r["mis"]) == 24 * 8 and r["mis"].mean() == 1.0
+    r = ev.letter_rate(lambda p, c: np.array([0.0 if x == "B" else -1.0 for x in c]))   # always "B"
+    assert r["a_pref"] == 0.0 and set(r["mis"].reshape(-1, 2).sum(1)) == {1.0}         # B is the misaligned letter in one order
