@@ -1,4 +1,4 @@
-"Property and known-value tests of maspob_etal.sawbench (spec 19 section 6 and issue 23)."
+"Property and known-value tests of maspob_etal.sawbench (spec 19 section 6)."
 import math, pathlib, sys
 
 import numpy as np
