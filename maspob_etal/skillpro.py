@@ -1,4 +1,4 @@
-"""Skills as options written in text, evolved by semantic gradients and admitted by a PPO gate built from the agent's own log-probs, tested on a simulated LLM with known rule effects and on SmolLM2.
+"""Skills as options written in text, evolved by semantic gradients and admitted by a PPO gate built from the agent's own log-probs, tested on a simulated LLM that follows instructions and a critic that reads only traces, and on SmolLM2.
 
 Docs: https://maspob-etal.github.io/maspob_etal/skillpro.html.md"""
 
@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/skillpro.html.md"""
 
 # %% ../nbs/07_skillpro.ipynb #72dd9c22
 from __future__ import annotations
-import math, re, time
+import math, re, time, warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -20,11 +20,13 @@ from fastcore.basics import patch
 from .core import progress
 
 # %% auto #0
-__all__ = ['RULES', 'RULE_TEXT', 'RULE_KEY', 'RULE_KIND', 'PREDICATES', 'PRED_TEXT', 'MIN_GAIN', 'WARMUP', 'ABLATIONS', 'Skill',
-           'lcb', 'epsilon_schedule', 'evolution_priority', 'HigherLower', 'render_state', 'take_rows', 'cat_states',
-           'rule_vector', 'condition', 'SimLLM', 'seed_skills', 'SkillPool', 'Episode', 'make_streams', 'play',
-           'skill_value', 'exact_return', 'success_failure_batch', 'ppo_gate_score', 'first_mistake', 'SimCritic',
-           'aggregate', 'SkillEvolution', 'run_skill_mdp', 'action_logprobs', 'shared_prompt_logprobs', 'SmolPolicy']
+__all__ = ['FEATURES', 'FEATURE_KEY', 'NEUTRAL', 'INSTRUCTIONS', 'PREDICATES', 'PRED_TEXT', 'MIN_GAIN', 'WARMUP', 'ABLATIONS',
+           'Skill', 'lcb', 'epsilon_schedule', 'evolution_priority', 'HigherLower', 'render_state', 'take_rows',
+           'cat_states', 'SkillStepWarning', 'instruction', 'parse_step', 'rule_vector', 'guess_features', 'condition',
+           'SimLLM', 'seed_skills', 'SkillPool', 'Episode', 'make_streams', 'play', 'skill_value', 'exact_return',
+           'success_failure_batch', 'ppo_gate_score', 'trace_salience', 'SimCritic', 'aggregate', 'SkillEvolution',
+           'run_skill_mdp', 'action_logprobs', 'shared_prompt_logprobs', 'SmolPolicy', 'mastermind_pegs',
+           'mastermind_agent', 'play_textarena']
 
 # %% ../nbs/07_skillpro.ipynb #25206147
 @dataclass(eq=False)
@@ -228,39 +230,109 @@ def cat_states(states: Sequence[dict]) -> dict:
     return {k: np.concatenate([s[k] for s in states]) for k in states[0]}
 
 # %% ../nbs/07_skillpro.ipynb #dc4b45ce
-# sentence -> (key, kind); the effect of each key is in `rule_effects`, hidden from the critic
-RULES = {
-    "Keep every guess inside the interval that is consistent with all feedback so far.":
-        ("interval", "helpful"),
-    "Guess the middle of the remaining interval.": ("middle", "helpful"),
-    "Never repeat a previous guess.": ("no_repeat", "helpful"),
-    "Follow the direction of the last feedback.": ("direction", "helpful"),
-    "Count upward from the smallest number.": ("count_up", "harmful"),
-    "Pick your favourite number.": ("favourite", "harmful"),
-    "Make large jumps across the range.": ("big_jump", "harmful"),
-    "Repeat your last guess to be sure.": ("repeat_last", "harmful"),
-    "Start from the edges of the range.": ("edges", "harmful"),
-    "Think carefully before answering.": ("think", "neutral"),
-    "Double-check your reasoning.": ("double_check", "neutral"),
-    "Stay calm and focused.": ("calm", "neutral"),
+# feature -> (phrase, weight w_f): "Prefer guesses <phrase>." adds +w_f * phi_f(s, a) to the logit
+# of every guess a, "Avoid guesses <phrase>." subtracts it; the simulated LLM follows both alike,
+# whether or not they help
+FEATURES = {
+    "interval": ("inside the interval consistent with all feedback", 2.5),
+    "middle": ("near the middle of the remaining interval", 6.0),
+    "repeat": ("that repeat a previous guess", 4.0),
+    "direction": ("in the direction of the last feedback", 2.0),
+    "count_up": ("one above your last guess", 4.0),
+    "favourite": ("equal to your favourite numbers", 2.5),
+    "far": ("far from your last guess", 3.0),
+    "same": ("equal to your last guess", 3.0),
+    "edges": ("at the edges of the range", 3.0),
 }
-RULE_TEXT = list(RULES)
-RULE_KEY = [k for k, _ in RULES.values()]
-RULE_KIND = [kind for _, kind in RULES.values()]
+FEATURE_KEY = list(FEATURES)
+NEUTRAL = (
+    "Think carefully before answering.",
+    "Double-check your reasoning.",
+    "Stay calm and focused.",
+)
+_NEG = ("avoid", "never", "do not", "don't", "dont", "not ")
+
+
+class SkillStepWarning(UserWarning):
+    "A skill step that the simulated LLM does not understand (it has no effect)."
+
+
+def instruction(key: str, polarity: int) -> str:
+    "The step sentence that asks for (polarity +1) or against (-1) the feature `key`."
+    if key not in FEATURES or polarity not in (1, -1):
+        raise ValueError(f"need a key of FEATURES and polarity +1 or -1, got {key!r}, {polarity!r}")
+    return f"{'Prefer' if polarity > 0 else 'Avoid'} guesses {FEATURES[key][0]}."
+
+
+INSTRUCTIONS = [
+    instruction(k, p) for k in FEATURE_KEY for p in (1, -1)
+]  # every sentence the critic writes
 _NORM = lambda s: re.sub(r"^\s*(s\d+:|\d+[.)])\s*", "", str(s).strip().lower()).rstrip(".")
-_RULE_INDEX = {_NORM(t): i for i, t in enumerate(RULE_TEXT)}
+_NEUTRAL = {_NORM(t) for t in NEUTRAL}
+_PARSED = {}
+
+
+def parse_step(text: str) -> tuple:
+    ("(feature key, polarity) of a step sentence; ('neutral', 0) for generic advice; (None, 0), "
+     "with a `SkillStepWarning` the first time, for a sentence with no effect.")
+    t = _NORM(text)
+    if t not in _PARSED:
+        hit = [k for k in FEATURE_KEY if FEATURES[k][0] in t]
+        if (
+            hit
+        ):  # the longest phrase wins ("equal to your last guess" is not "... favourite numbers")
+            k = max(hit, key=lambda k: len(FEATURES[k][0]))
+            _PARSED[t] = (k, -1 if any(t.startswith(n) or f" {n}" in t for n in _NEG) else 1)
+        elif t in _NEUTRAL:
+            _PARSED[t] = ("neutral", 0)
+        else:
+            _PARSED[t] = (None, 0)
+            warnings.warn(
+                f"skill step {str(text)!r} names no feature the simulated LLM knows: it has no "
+                "effect on "
+                f"SimLLM. Write 'Prefer guesses ...' or 'Avoid guesses ...' with one of: "
+                + "; ".join(p for p, _ in FEATURES.values()),
+                SkillStepWarning,
+                stacklevel=3,
+            )
+    return _PARSED[t]
 
 
 def rule_vector(skill: Skill | None) -> np.ndarray:
-    ("Indicator (R,) of the library rules among a skill's policy steps (other sentences have no "
-     "effect).")
-    v = np.zeros(len(RULE_TEXT))
+    ("Instruction vector m (F,) in {-1, 0, 1} of a skill's policy steps: +1 prefer, -1 avoid, per "
+     "feature.")
+    v = np.zeros(len(FEATURE_KEY))
     if skill is not None:
         for p in skill.policy:
-            i = _RULE_INDEX.get(_NORM(p))
-            if i is not None:
-                v[i] = 1.0
-    return v
+            k, pol = parse_step(p)
+            if k in FEATURES:
+                v[FEATURE_KEY.index(k)] += pol
+    return np.clip(v, -1, 1)
+
+
+def guess_features(S: dict, favourites=(), used=None) -> np.ndarray:
+    ("Features phi_f(s, a) (F, B, N) of every guess in every state (only features in `used` are "
+     "computed).")
+    N = S["past"].shape[1] - 1
+    A = np.arange(1, N + 1)[None]
+    B = len(S["turn"])
+    Phi = np.zeros((len(FEATURE_KEY), B, N))
+    last, lo, hi, fb = S["last"][:, None], S["lo"][:, None], S["hi"][:, None], S["fb"][:, None]
+    f = {
+        "interval": lambda: (A >= lo) & (A <= hi),
+        "middle": lambda: -np.abs(A - (lo + hi) / 2) / np.maximum(hi - lo + 1, 1),
+        "repeat": lambda: S["past"][:, 1:],
+        "direction": lambda: ((fb == 1) & (A > last)) | ((fb == -1) & (A < last)),
+        "count_up": lambda: A == np.where(last > 0, last + 1, 1),
+        "favourite": lambda: np.isin(A, favourites) & np.ones((B, 1), bool),
+        "far": lambda: (last > 0) & (np.abs(A - last) >= N / 2),
+        "same": lambda: A == last,
+        "edges": lambda: ((A == 1) | (A == N)) & np.ones((B, 1), bool),
+    }
+    for i, k in enumerate(FEATURE_KEY):
+        if used is None or used[i]:
+            Phi[i] = f[k]()
+    return Phi
 
 
 PREDICATES = {  # condition text -> test on a batch state
@@ -291,8 +363,8 @@ def condition(text: str, S: dict, empty: bool = True) -> np.ndarray:
 
 # %% ../nbs/07_skillpro.ipynb #23025779
 class SimLLM:
-    ("A stand-in LLM agent with explicit log-probs: softmax over guesses 1..N of base(s, a) + the "
-     "hidden effects of the skill's rules, at temperature tau.")
+    ("A stand-in LLM agent with explicit log-probs: softmax over guesses 1..N of base(s, a) plus "
+     "what the skill's steps ask for, at temperature tau.")
 
     def __init__(
         self, tau: float = 1.0, favourites=(7, 13, 21), effect_scale=None, name: str = "SimLLM-A"
@@ -301,14 +373,15 @@ class SimLLM:
             raise ValueError(f"tau must be > 0, got {tau}")
         self.tau, self.favourites, self.name = tau, tuple(favourites), name
         self.effect_scale = (
-            np.ones(len(RULE_TEXT)) if effect_scale is None else np.asarray(effect_scale, float)
+            np.ones(len(FEATURE_KEY)) if effect_scale is None else np.asarray(effect_scale, float)
         )
+        self.w = np.array([w for _, w in FEATURES.values()]) * self.effect_scale  # w_f, (F,)
 
     @classmethod
     def variant_b(cls):
-        ("SimLLM-B: other favourites, tau x 1.5 and other rule-effect magnitudes (cross-agent "
-         "transfer).")
-        scale = np.random.default_rng(12345).uniform(0.6, 1.4, len(RULE_TEXT))
+        ("SimLLM-B: other favourites, tau x 1.5 and other instruction-following strengths "
+         "(cross-agent transfer).")
+        scale = np.random.default_rng(12345).uniform(0.6, 1.4, len(FEATURE_KEY))
         return cls(tau=1.5, favourites=(3, 17, 28), effect_scale=scale, name="SimLLM-B")
 
     def base(self, S: dict) -> np.ndarray:
@@ -321,52 +394,17 @@ class SimLLM:
         inside = ((A >= lo) & (A <= hi)) * (S["turn"][:, None] > 0)
         return near + 1.0 * np.isin(A, self.favourites) + 0.7 * inside + 0.8 * (A == last)
 
-    def effects(self, S: dict, used=None) -> np.ndarray:
-        ("Hidden effect (R, B, N) of each library rule on each guess (only rules in `used` are "
-         "computed).")
-        N = S["past"].shape[1] - 1
-        A = np.arange(1, N + 1)[None]
-        B = len(S["turn"])
-        E = np.zeros((len(RULE_TEXT), B, N))
-        last, lo, hi, fb = S["last"][:, None], S["lo"][:, None], S["hi"][:, None], S["fb"][:, None]
-        for i, key in enumerate(RULE_KEY):
-            if used is not None and not used[i]:
-                continue
-            if key == "interval":
-                e = 2.5 * ((A >= lo) & (A <= hi))
-            elif key == "middle":
-                e = -6.0 * np.abs(A - (lo + hi) / 2) / np.maximum(hi - lo + 1, 1)
-            elif key == "no_repeat":
-                e = -4.0 * S["past"][:, 1:]
-            elif key == "direction":
-                e = 2.0 * (((fb == 1) & (A > last)) | ((fb == -1) & (A < last)))
-            elif key == "count_up":
-                e = 4.0 * (A == np.where(last > 0, last + 1, 1))
-            elif key == "favourite":
-                e = 2.5 * np.isin(A, self.favourites) * np.ones((B, 1))
-            # across the range, to the mirror guess
-            elif key == "big_jump":
-                e = (last > 0) * (4.0 * (A == N + 1 - last) + 1.5 * (np.abs(A - last) >= N / 2))
-            elif key == "repeat_last":
-                e = 3.0 * (A == last)
-            elif key == "edges":
-                e = 3.0 * ((A == 1) | (A == N)) * np.ones((B, 1))
-            else:
-                continue  # neutral sentences
-            E[i] = self.effect_scale[i] * e
-        return E
-
     def logits(self, S: dict, M: np.ndarray) -> np.ndarray:
-        ("Logits (B, N) for rule indicators M (B, R): $(\\mathrm{base} + \\sum_{r \\in \\omega} "
-         "e_r)/\\tau$.")
-        used = M.any(0)
-        return (self.base(S) + np.einsum("br,rbn->bn", M, self.effects(S, used))) / self.tau
+        ("Logits (B, N) for instruction vectors M (B, F): $(\\mathrm{base} + \\sum_f m_f w_f "
+         "\\phi_f)/\\tau$.")
+        Phi = guess_features(S, self.favourites, used=(M != 0).any(0))
+        return (self.base(S) + np.einsum("bf,fbn->bn", M * self.w, Phi)) / self.tau
 
     def logits_for(
         self, S: dict, skills: list, idx: np.ndarray, M: np.ndarray | None = None
     ) -> np.ndarray:
         ("Logits (B, N) when row b follows `skills[idx[b]]` (None: no skill); `M` caches the "
-         "skills' rule vectors.")
+         "skills' instruction vectors.")
         M = np.stack([rule_vector(s) for s in skills]) if M is None else M
         return self.logits(S, M[idx])
 
@@ -375,9 +413,10 @@ class SimLLM:
          "per row.")
         return _softmax(self.logits(S, _rows(skills, len(S["turn"]))))
 
-    def logprob(self, S: dict, skills, actions) -> np.ndarray:
-        "$\\log \\pi(a_t \\mid s_t, \\omega)$ (B,) of the guesses `actions` (B,)."
-        lg = self.logits(S, _rows(skills, len(S["turn"])))
+    def logprob(self, S: dict, skill, actions) -> np.ndarray:
+        ("$\\log \\pi(a_t \\mid s_t, \\omega)$ (B,) of the guesses `actions` (B,); the argument "
+         "order (states, skill, actions) is that of every `logprob_fn`.")
+        lg = self.logits(S, _rows(skill, len(S["turn"])))
         a = np.asarray(actions)
         if a.shape != (len(lg),) or (a.size and (a.min() < 1 or a.max() > lg.shape[1])):
             raise ValueError(
@@ -404,10 +443,10 @@ def _rows(skills, B):
     return np.stack([rule_vector(s) for s in skills])
 
 # %% ../nbs/07_skillpro.ipynb #36cf3da5
-def seed_skills()->list:
-    ("The six generic seed skills of the repo, written as sentences of our rule library (several "
-     "are useless or harmful here).")
-    S = lambda *a, **k: Skill(*a, **k)
+def seed_skills() -> list:
+    ("The six generic seed skills of the repo, written as instructions SimLLM understands "
+     "(several are useless or harmful here).")
+    S, I = Skill, instruction
     return [
         S(
             "StructuredCoT",
@@ -415,55 +454,55 @@ def seed_skills()->list:
             [
                 "Think carefully before answering.",
                 "Double-check your reasoning.",
-                "Follow the direction of the last feedback.",
+                I("direction", 1),
             ],
             "Stop IF at most 4 numbers remain in the interval",
         ),
         S(
             "ReActDecision",
             "IF feedback from a previous guess is available",
-            [
-                "Double-check your reasoning.",
-                "Follow the direction of the last feedback.",
-                "Make large jumps across the range.",
-            ],
+            ["Double-check your reasoning.", I("direction", 1), I("far", 1)],
             "",
         ),
         S(
             "HypothesisElimination",
             "IF more than 4 numbers remain in the interval AND feedback from a previous guess is "
             "available",
-            ["Never repeat a previous guess.", "Count upward from the smallest number."],
+            [I("repeat", -1), I("count_up", 1)],
             "Stop IF at most 4 numbers remain in the interval",
         ),
         S(
             "SelfConsistencyCheck",
             "IF the last feedback was lower",
-            ["Double-check your reasoning.", "Repeat your last guess to be sure."],
+            ["Double-check your reasoning.", I("same", 1)],
             "",
         ),
         S(
             "ExploreExploitArbitration",
             "IF the last feedback was higher",
-            ["Make large jumps across the range.", "Stay calm and focused."],
+            [I("far", 1), "Stay calm and focused."],
             "",
         ),
         S(
             "StrategicPlanning",
             "IF this is the first turn",
-            ["Pick your favourite number.", "Think carefully before answering."],
+            [I("favourite", 1), "Think carefully before answering."],
             "Stop IF feedback from a previous guess is available",
         ),
     ]
 
 # %% ../nbs/07_skillpro.ipynb #191ebae1
 class SkillPool:
-    "A bounded pool of skills with selection and score-based maintenance."
-    def __init__(self, max_size:int=10, seeds:Sequence[Skill]|None=None):
+    "A bounded pool of uniquely named skills with selection and score-based maintenance."
+
+    def __init__(self, max_size: int = 10, seeds: Sequence[Skill] | None = None):
         if not isinstance(max_size, int) or max_size < 1:
             raise ValueError(f"max_size must be an integer >= 1, got {max_size!r}")
         self.max_size = max_size
         self.skills = list(seed_skills() if seeds is None else seeds)
+        dup = [n for n, c in Counter(self.names()).items() if c > 1]
+        if dup:
+            raise ValueError(f"skill names must be unique in a pool; repeated: {dup}")
         self._emb = {}  # initiation text -> embedding
 
     def __len__(self):
@@ -475,8 +514,18 @@ class SkillPool:
     def t(self) -> int:
         return max([s.maturity for s in self.skills], default=1)
 
-    def add(self, skill: Skill):
+    def add(self, skill: Skill) -> Skill:
+        "Add a skill; a name already in the pool becomes the next free version `base_v{k}`."
+        taken = set(self.names())
+        if skill.name in taken:
+            base = re.sub(r"_v\d+$", "", skill.name)
+            pat = re.compile(re.escape(base) + r"_v(\d+)")
+            k = 1 + max(
+                [skill.version] + [int(m.group(1)) for n in taken if (m := pat.fullmatch(n))]
+            )
+            skill.name, skill.version = f"{base}_v{k}", k
         self.skills.append(skill)
+        return skill
 
     def snapshot(self):
         return [s.snapshot() for s in self.skills]
@@ -748,7 +797,7 @@ def play(
 
 def skill_value(env: HigherLower, policy, n: int = 2000, seed: int = 10_000) -> Callable:
     ("A cached ground truth `f(skill)`: the exact return with the skill active at every step (it "
-     "depends only on its library rules).")
+     "depends only on its instruction vector).")
     streams, cache = make_streams(env, n, seed), {}
 
     def f(skill: Skill) -> float:
@@ -820,51 +869,54 @@ def ppo_gate_score(logp_new,          # (sum T,) log pi(a_t | s_t, omega') over 
     return float(np.minimum(r * A, np.clip(r, 1 - eps, 1 + eps) * A).sum() / lengths.sum())
 
 # %% ../nbs/07_skillpro.ipynb #b17effb1
-def first_mistake(ep:Episode)->tuple:
-    ("The first step that broke a helpful rule and the rule that fixes it: (step, rule sentence), "
-     "or (None, None).")
-    S, a = ep.states, ep.actions
-    for t in range(ep.T):
-        lo, hi, last, fb = S["lo"][t], S["hi"][t], S["last"][t], S["fb"][t]
-        if S["past"][t, a[t]]: return t, RULE_TEXT[RULE_KEY.index("no_repeat")]
-        if not lo <= a[t] <= hi: return t, RULE_TEXT[RULE_KEY.index("interval")]
-        if (fb == 1 and a[t] <= last) or (fb == -1 and a[t] >= last):
-            return t, RULE_TEXT[RULE_KEY.index("direction")]
-        if abs(a[t] - (lo + hi) / 2) > (hi - lo + 1) / 4:
-            return t, RULE_TEXT[RULE_KEY.index("middle")]
-    return None, None
+def trace_salience(ep: Episode) -> tuple:
+    ("How unusual the taken guesses were, per feature: (D (F,), z (F, T)) with z_f(t) the taken "
+     "guess's standardised feature; favourites are not observable and stay 0.")
+    Phi = guess_features(ep.states)  # (F, T, N), every guess 1..N admissible
+    mu, sd = Phi.mean(2), Phi.std(2)  # over the guesses, (F, T)
+    taken = Phi[:, np.arange(ep.T), ep.actions - 1]  # (F, T)
+    z = np.where(sd > 1e-9, (taken - mu) / np.where(sd > 1e-9, sd, 1.0), 0.0)
+    return z.mean(1), z
 
 
 class SimCritic:
-    ("Semantic-gradient stand-in: reads an episode, blames the first mistake and proposes an edit "
-     "(right with prob. p_good).")
+    ("Semantic-gradient stand-in that reads the trace only: with prob. q it writes an edit about "
+     "the most salient feature of the episode's guesses, else a random one.")
 
-    def __init__(
-        self, p_good: float = 0.6, p_remove: float = 0.3, p_cond: float = 0.1, seed: int = 0
-    ):
-        if not 0 <= p_good <= 1:
-            raise ValueError(f"p_good must be in [0, 1], got {p_good}")
-        self.p_good, self.p_remove, self.p_cond, self.rng = (
-            p_good,
+    def __init__(self, q: float = 1.0, p_remove: float = 0.3, p_cond: float = 0.1, seed: int = 0):
+        if not 0 <= q <= 1:
+            raise ValueError(f"q (the critic's accuracy knob) must be in [0, 1], got {q}")
+        self.q, self.p_remove, self.p_cond, self.rng = (
+            q,
             p_remove,
             p_cond,
             np.random.default_rng(seed),
         )
 
-    def gradient(self, skill: Skill, ep: Episode, informed: bool = True) -> dict:
-        ("One semantic gradient: {'is_related', 'add', 'remove', 'initiation', 'termination'}; "
-         "`informed=False` is the facts-only summary of `wo_sg`.")
+    def gradient(
+        self, skill: Skill, ep: Episode, informed: bool = True, baseline: float = 0.5
+    ) -> dict:
+        ("One semantic gradient {'is_related', 'add', 'remove', 'initiation', 'termination'} from "
+         "one episode; `informed=False` is the facts-only summary of `wo_sg`.")
         rng = self.rng
-        t, fix = first_mistake(ep) if informed else (None, None)
-        related = (skill.name in ep.active) if t is None else (ep.active[t] == skill.name)
-        add = (
-            fix
-            if fix is not None and rng.random() < self.p_good
-            else RULE_TEXT[rng.integers(len(RULE_TEXT))]
-        )
-        remove = (
-            skill.policy[rng.integers(len(skill.policy))] if rng.random() < self.p_remove else ""
-        )
+        reads = rng.random() < self.q  # drawn in every case: the same stream for every q
+        if informed and reads:
+            D, z = trace_salience(ep)
+            f = int(np.argmax(np.abs(D)))
+            outcome = 1 if ep.ret > baseline else -1  # success: more of it; failure: less of it
+            pol = int(outcome * np.sign(D[f]) or -outcome)
+            add = instruction(FEATURE_KEY[f], pol)
+            opposite = _NORM(instruction(FEATURE_KEY[f], -pol))
+            remove = next((p for p in skill.policy if _NORM(p) == opposite), "")
+            related = ep.active[int(np.argmax(np.abs(z[f])))] == skill.name
+        else:
+            add = INSTRUCTIONS[rng.integers(len(INSTRUCTIONS))]
+            remove = (
+                skill.policy[rng.integers(len(skill.policy))]
+                if rng.random() < self.p_remove
+                else ""
+            )
+            related = skill.name in ep.active
         cond = lambda pre: (
             (pre + PRED_TEXT[rng.integers(len(PRED_TEXT))]) if rng.random() < self.p_cond else ""
         )
@@ -901,13 +953,15 @@ def aggregate(
 # %% ../nbs/07_skillpro.ipynb #6a983074
 ABLATIONS = ("none", "wo_sg", "wo_ppo")
 
+
 class SkillEvolution:
     ("Evolve ready skills: success/failure batch, semantic gradients, aggregation, best-of-n, and "
      "the PPO gate.")
+
     def __init__(
         self,
-        critic,  # has .gradient(skill, episode, informed) -> dict (SimCritic or an LLM critic)
-        logprob_fn: Callable,  # (skill, states, actions) -> (T,) log pi(a | s, skill)
+        critic,  # .gradient(skill, episode, informed, baseline) -> dict (SimCritic, an LLM)
+        logprob_fn: Callable,  # (states, skill, actions) -> (T,) log pi(a | s, skill)
         threshold: int = 6,  # buffered episodes before a skill is ready
         best_of_n: int = 3,  # candidates per parent
         eps: float = 0.2,  # PPO clip
@@ -945,11 +999,12 @@ class SkillEvolution:
             0,
         )
 
-    def candidate(self, parent: Skill, batch: Sequence[Episode]) -> tuple:
+    def candidate(self, parent: Skill, batch: Sequence[Episode], baseline: float = 0.5) -> tuple:
         ("One candidate: a semantic gradient per episode, REFINE or NEW by relevance, then the "
          "aggregated rewrite.")
         grads = [
-            self.critic.gradient(parent, ep, informed=self.ablation != "wo_sg") for ep in batch
+            self.critic.gradient(parent, ep, informed=self.ablation != "wo_sg", baseline=baseline)
+            for ep in batch
         ]
         related = np.mean([g["is_related"] for g in grads])
         mode = "REFINE" if self.ablation == "wo_sg" or related >= self.relevance else "NEW"
@@ -992,12 +1047,12 @@ def step(
     for parent in ready[: self.max_per_step]:
         batch = success_failure_batch(parent.buffer, self.threshold)
         S, a, R, T = _batch_arrays(batch)
-        lp_old = self.logprob_fn(parent, S, a)
+        lp_old = self.logprob_fn(S, parent, a)
         J_old = ppo_gate_score(lp_old, lp_old, R, baseline, T, self.eps)
         best = (None, -np.inf, None)
         for _ in range(self.best_of_n):
-            cand, mode = self.candidate(parent, batch)
-            J = ppo_gate_score(self.logprob_fn(cand, S, a), lp_old, R, baseline, T, self.eps)
+            cand, mode = self.candidate(parent, batch, baseline)
+            J = ppo_gate_score(self.logprob_fn(S, cand, a), lp_old, R, baseline, T, self.eps)
             if J > best[1]:
                 best = (cand, J, mode)
         cand, J, mode = best
@@ -1024,7 +1079,7 @@ def step(
             log["true_delta"] = self.truth_fn(cand) - self.truth_fn(parent)
         if ok:
             parent.last_evolved_iter, cand.maturity = t, 0
-            pool.add(cand)
+            log["candidate"] = pool.add(cand).name  # the next free version if the name is taken
             parent.buffer = []
         else:
             parent.buffer = parent.buffer[-(self.threshold // 2) :]
@@ -1042,7 +1097,9 @@ def run_skill_mdp(
     mode: str = "SMDP",
     maintenance: str = "score",  # "score" | "fifo" (ablation wo_score) | "none"
     embed_fn: Callable | None = None,  # embeddings for the semantic dedup of `maintain`
-    eval_fn: Callable | None = None,  # (pool or None) -> exact return, logged every iteration
+    eval_fn: Callable | None = None,  # (pool or None) -> exact return, logged as `exact`
+    eval_iters: Sequence[int]
+    | None = None,  # iterations at which eval_fn runs; None: every iteration
     alpha: float = 0.1,  # EMA of the task baseline (run.py)
     seed: int = 0,
     show_progress: bool = False,
@@ -1093,7 +1150,7 @@ def run_skill_mdp(
             elif maintenance == "fifo":
                 row["maintenance"] = use.maintain_fifo()
             row["size"], row["names"] = len(use), use.names()
-        if eval_fn is not None:
+        if eval_fn is not None and (eval_iters is None or t in eval_iters):
             row["exact"] = eval_fn(use)
         row["elapsed_s"] = time.perf_counter() - t0
         hist.append(row)
@@ -1241,3 +1298,59 @@ class SmolPolicy:
             [str(int(a)) for a in actions],
             self.batch_size,
         )
+
+# %% ../nbs/07_skillpro.ipynb #03cf2b6b
+_MM_FEEDBACK = re.compile(
+    r"Submitted \[([\d ]+)\]\. Feedback: (\d+) black peg\(s\), (\d+) white peg\(s\)"
+)
+
+
+def mastermind_pegs(guess, code) -> tuple:
+    "(black, white) pegs of a Mastermind guess against a code without repeated digits."
+    black = sum(g == c for g, c in zip(guess, code))
+    return black, len(set(guess) & set(code)) - black
+
+
+def mastermind_agent(
+    observation: str, rng: np.random.Generator, consistent: bool, L: int = 4, K: int = 6
+) -> str:
+    ("A scripted Mastermind player that reads the game's text: a random code, or (the skill "
+     "'guess only codes consistent with all feedback so far') a random consistent one.")
+    import itertools
+
+    seen = [
+        ([int(x) for x in g.split()], int(b), int(w))
+        for g, b, w in _MM_FEEDBACK.findall(observation)
+    ]
+    codes = list(itertools.permutations(range(1, K + 1), L))
+    if consistent:
+        codes = [
+            c for c in codes if all(mastermind_pegs(g, c) == (b, w) for g, b, w in seen)
+        ] or codes
+    return "[" + " ".join(map(str, codes[rng.integers(len(codes))])) + "]"
+
+
+def play_textarena(
+    agent: Callable, n_games: int, seed: int = 0, env_id: str = "Mastermind-v0"
+) -> list:
+    ("Play `n_games` single-player TextArena games with `agent(observation, rng) -> action`; "
+     "returns each game's (reward, turns). Needs the `textarena` package (offline: Mastermind and "
+     "FrozenLake).")
+    try:
+        import textarena as ta
+    except ImportError as e:
+        raise ImportError(
+            "play_textarena needs the 'textarena' package: pip install textarena==0.7.4"
+        ) from e
+    rng, out = np.random.default_rng(seed), []
+    for g in range(n_games):
+        env = ta.make(env_id=env_id)
+        env.reset(num_players=1, seed=seed * 10_007 + g)
+        done, turns = False, 0
+        while not done:
+            _, obs = env.get_observation()
+            done, _ = env.step(action=agent(obs, rng))
+            turns += 1
+        rewards, _ = env.close()
+        out.append((float(rewards[0]), turns))
+    return out

@@ -1,6 +1,7 @@
 "Known-value, property and bad-input tests of maspob_etal.skillpro (Skill-Pro); the real-LLM tests load SmolLM2-135M once."
 import math, sys, pathlib
 import numpy as np, pytest, torch
+from collections import Counter
 from maspob_etal.skillpro import *
 from maspob_etal.skillpro import _rows
 
@@ -77,10 +78,11 @@ def test_maintenance_cases():
     p = SkillPool(seeds=[mk("A", frequency=30, avg_gain=0.2, maturity=5), mk("B", frequency=30, avg_gain=0.1, maturity=5),
                          mk("Newborn", frequency=1, avg_gain=-0.5, maturity=2), mk("O", "IF the last feedback was lower", maturity=5)])
     p.maintain(toy); assert p.names() == ["A", "Newborn", "O"]
-    p = SkillPool(max_size=2, seeds=[mk("X", frequency=30, avg_gain=0.0, maturity=1), mk("X", frequency=30, avg_gain=0.3, maturity=1),
-                                     mk("Y", "IF the last feedback was lower", frequency=30, avg_gain=0.1, maturity=1)])
+    # same-name skills can only come from a pool edited by hand (add() renames): the repo's step (2) still handles them
+    p = SkillPool(max_size=2, seeds=[mk("X", frequency=30, avg_gain=0.0, maturity=1), mk("Y", "IF the last feedback was lower", frequency=30, avg_gain=0.1, maturity=1)])
+    p.skills.insert(1, mk("X", frequency=30, avg_gain=0.3, maturity=1))
     p.maintain(None); assert [(s.name, s.avg_gain) for s in p.skills] == [("X", 0.3), ("Y", 0.1)]
-    p = SkillPool(max_size=5, seeds=[mk("X", frequency=30, avg_gain=0.0), mk("X", frequency=30, avg_gain=0.3)])
+    p = SkillPool(max_size=5, seeds=[mk("X", frequency=30, avg_gain=0.0)]); p.skills.append(mk("X", frequency=30, avg_gain=0.3))
     p.maintain(None); assert len(p) == 2                    # same name under capacity: both stay (repo)
     v = SkillPool(max_size=2, seeds=[mk("Base_v1", "IF a", frequency=30, avg_gain=0.1, maturity=4), mk("Base_v2", "IF b", frequency=30, avg_gain=0.2, maturity=4),
                                      mk("Other", "IF c", frequency=30, avg_gain=0.05, maturity=4)])
@@ -94,7 +96,8 @@ def test_pool_never_exceeds_capacity_after_maintenance():
         n, cap = rng.integers(1, 25), int(rng.integers(1, 11))
         skills = [Skill(f"S{rng.integers(0, 8)}_v{rng.integers(0, 3)}", f"IF {PRED_TEXT[rng.integers(len(PRED_TEXT))]}", ["Stay calm and focused."],
                         frequency=int(rng.integers(0, 120)), avg_gain=float(rng.normal(0, 0.2)), maturity=int(rng.integers(0, 8))) for _ in range(n)]
-        p = SkillPool(max_size=cap, seeds=skills)
+        p = SkillPool(max_size=cap, seeds=[])
+        for sk in skills: p.add(sk)                         # repeated names become the next free version
         p.maintain(lambda ts: np.array([[hash(t) % 7 == k for k in range(7)] for t in ts], float) + 1e-3)
         assert len(p) <= cap
 
@@ -118,19 +121,19 @@ def test_bad_shapes_and_ranges():
 # ---- SimLLM, determinism ---------------------------------------------------------------------------
 def test_simllm_sanity():
     S = ENV.step(ENV.reset(np.array([20, 7, 30, 3])), np.array([16, 9, 31, 3]))
-    for skill in (None, mk("R", policy=RULE_TEXT[:5])):
+    for skill in (None, mk("R", policy=INSTRUCTIONS[:5])):
         P = POL.probs(S, skill); assert np.allclose(P.sum(1), 1)
         a = np.array([1, 2, 30, 4]); assert np.allclose(POL.logprob(S, skill, a), np.log(P[np.arange(4), a - 1]))
     v = skill_value(ENV, POL, n=600)
     base = exact_return(ENV, POL, None, n=600)
-    assert v(mk("h", policy=["Guess the middle of the remaining interval."])) > base + 0.2
-    assert v(mk("h", policy=["Keep every guess inside the interval that is consistent with all feedback so far."])) > base + 0.1
-    assert v(mk("b", policy=["Repeat your last guess to be sure."])) < base - 0.05
+    assert v(mk("h", policy=[instruction("middle", 1)])) > base + 0.2
+    assert v(mk("h", policy=[instruction("interval", 1)])) > base + 0.1
+    assert v(mk("b", policy=[instruction("same", 1)])) < base - 0.05
     assert v(mk("n", policy=["Stay calm and focused."])) == pytest.approx(base)
 
 def _run(seed):
     pool = SkillPool(); truth = skill_value(ENV, POL, n=200)
-    evo = SkillEvolution(SimCritic(seed=seed), lambda s, S, a: POL.logprob(S, s, a), truth_fn=truth, seed=seed)
+    evo = SkillEvolution(SimCritic(seed=seed), POL.logprob, truth_fn=truth, seed=seed)
     out = run_skill_mdp(ENV, POL, pool, evo, iters=10, episodes_per_iter=5, embed_fn=toy, seed=seed,
                         eval_fn=lambda p: exact_return(ENV, POL, p, n=200))
     return pool.snapshot(), [r["exact"] for r in out["history"]], [(l["candidate"], l["J"], l["accepted"]) for r in out["history"] for l in r["evolution"]]
@@ -146,7 +149,7 @@ import numpy as np
 from maspob_etal.skillpro import *
 env, pol = HigherLower(32, 8), SimLLM()
 pool = SkillPool()
-evo = SkillEvolution(SimCritic(seed=1), lambda s, S, a: pol.logprob(S, s, a), truth_fn=skill_value(env, pol, n=200), seed=1)
+evo = SkillEvolution(SimCritic(seed=1), pol.logprob, truth_fn=skill_value(env, pol, n=200), seed=1)
 out = run_skill_mdp(env, pol, pool, evo, iters=5, episodes_per_iter=5, seed=1, eval_fn=lambda p: exact_return(env, pol, p, n=200),
                     embed_fn=lambda ts: np.array([[len(t) % 5 == k for k in range(5)] for t in ts], float) + 1e-3)
 result = [r["exact"] for r in out["history"]] + [l["J"] for r in out["history"] for l in r["evolution"]]
@@ -158,7 +161,7 @@ def test_evolution_gate_decisions():
     for e in eps:
         for s, c in e.calls: s.update_stats(e.ret, 0.3, sum(x for _, x in e.calls), c)
     n0 = len(pool)
-    evo = SkillEvolution(SimCritic(seed=2), lambda s, S, a: POL.logprob(S, s, a), truth_fn=truth, seed=2)
+    evo = SkillEvolution(SimCritic(seed=2), POL.logprob, truth_fn=truth, seed=2)
     logs = evo.step(pool, eps, 0.3, t=5)
     assert len(logs) == 2 and len(pool) == n0 + sum(l["accepted"] for l in logs)
     assert [l["accepted"] for l in logs] == [l["J"] > 0 for l in logs]
@@ -166,13 +169,81 @@ def test_evolution_gate_decisions():
         parent = next(s for s in pool.skills if s.name == l["parent"])
         if l["accepted"]: assert parent.buffer == [] and parent.last_evolved_iter == 5
         else: assert len(parent.buffer) == 3
-    strict = SkillEvolution(SimCritic(seed=2), lambda s, S, a: POL.logprob(S, s, a), margin=1e9, seed=2)   # rejects everything
+    strict = SkillEvolution(SimCritic(seed=2), POL.logprob, margin=1e9, seed=2)   # rejects everything
     pool2 = SkillPool(); _, _, _, eps2 = play(ENV, POL, pool2, make_streams(ENV, 40, 2), eps=0.3, record=True)
     logs2 = strict.step(pool2, eps2, 0.3, t=5)
     assert len(logs2) == 2 and not any(l["accepted"] for l in logs2) and len(pool2) == 6
     for l in logs2:                                          # a rejected parent keeps its newest threshold // 2 episodes
         parent = next(s for s in pool2.skills if s.name == l["parent"])
         assert len(parent.buffer) == 3 and parent.buffer[-1] is [e for e in eps2 if any(s is parent for s, _ in e.calls)][-1]
+
+# ---- the defects a user meets: free text, names, argument order ------------------------------------
+def test_free_text_step_warns_and_has_no_effect():
+    import warnings
+    with pytest.warns(SkillStepWarning, match="no effect"):
+        v = rule_vector(mk("F", policy=["Bisect the range like a binary search (test_free_text)."]))
+    assert not v.any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                       # understood steps and generic advice are silent
+        assert rule_vector(mk("G", policy=[instruction("middle", 1), "Stay calm and focused."])).tolist() == \
+            [0, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert parse_step("2. Never guess at the edges of the range") == ("edges", -1)
+    assert parse_step("Do not make guesses equal to your last guess") == ("same", -1)
+
+def test_pool_names_stay_unique():
+    pool = SkillPool(seeds=[mk("Bisect")])
+    assert [pool.add(mk("Bisect_v1", version=1)).name for _ in range(3)] == ["Bisect_v1", "Bisect_v2", "Bisect_v3"]
+    assert pool.add(mk("Other")).name == "Other" and pool.add(mk("Other")).name == "Other_v1"
+    with pytest.raises(ValueError, match="unique"): SkillPool(seeds=[mk("A"), mk("A")])
+    # end to end: every candidate accepted, so repeated refinements of one parent would share a name without add()
+    pool = SkillPool(); evo = SkillEvolution(SimCritic(seed=3), POL.logprob, ablation="wo_ppo", seed=3)
+    out = run_skill_mdp(ENV, POL, pool, evo, iters=12, episodes_per_iter=5, maintenance="none", seed=3)
+    accepted = [l["candidate"] for r in out["history"] for l in r["evolution"]]
+    assert len(accepted) >= 6 and len(set(accepted)) == len(accepted) and len(set(pool.names())) == len(pool)
+
+def test_logprob_argument_order_is_one():
+    import inspect
+    assert list(inspect.signature(SimLLM.logprob).parameters)[1:] == list(inspect.signature(SmolPolicy.logprob).parameters)[1:]
+    pool = SkillPool(); _, _, _, eps = play(ENV, POL, pool, make_streams(ENV, 40, 2), eps=0.3, record=True)
+    seen = []
+    def lp(S, skill, a):                                     # the documented order: (states, skill, actions)
+        assert isinstance(S, dict) and isinstance(skill, Skill) and np.asarray(a).ndim == 1
+        seen.append(skill.name); return POL.logprob(S, skill, a)
+    logs = SkillEvolution(SimCritic(seed=2), lp, seed=2).step(pool, eps, 0.3, t=5)
+    assert len(logs) == 2 and len(seen) == 2*(1 + 3)         # parent + 3 candidates per evolved parent
+    logs2 = SkillEvolution(SimCritic(seed=2), POL.logprob, seed=2).step(SkillPool(), eps, 0.3, t=5)   # a policy's logprob as it is
+    assert isinstance(logs2, list)
+
+# ---- the critic does not know which instructions help (C1 is not built in) ------------------------------
+def test_simllm_follows_prefer_and_avoid_alike():
+    S = ENV.step(ENV.step(ENV.reset(np.array([20, 7, 30])), np.array([16, 9, 31])), np.array([24, 5, 28]))
+    base = POL.logits(S, np.zeros((3, len(FEATURE_KEY))))
+    for i, k in enumerate(FEATURE_KEY):
+        up, down = (POL.logits(S, _rows(mk("x", policy=[instruction(k, p)]), 3)) - base for p in (1, -1))
+        assert np.allclose(up, -down) and np.abs(up).max() > 0, k       # no instruction is favoured by the agent itself
+
+def _trace(actions, h=20, active="Demo"):
+    S, seq = ENV.reset(np.array([h])), []
+    for a in actions: seq.append(S); S = ENV.step(S, np.array([a]))
+    return Episode(cat_states(seq), np.array(actions), [active]*len(actions), float(S["ret"][0]), [])
+
+def test_trace_salience_known_value():
+    ep = _trace([16, 10, 16])                                # step 2 repeats the first guess, after two feedbacks
+    D, z = trace_salience(ep)
+    r = FEATURE_KEY.index("repeat")
+    z_rep = [0.0, (0 - 1/32)/np.sqrt(1/32*31/32), (1 - 2/32)/np.sqrt(2/32*30/32)]   # past guesses: none, {16}, {16, 10}
+    assert np.allclose(z[r], z_rep) and D[r] == pytest.approx(np.mean(z_rep))
+    i = FEATURE_KEY.index("interval")                        # inside [17, 32] is half the guesses after "higher"
+    assert np.allclose(z[i], [0.0, -1.0, -1.0])
+
+def test_critic_reads_the_outcome_not_a_list_of_good_instructions():
+    ep = _trace([16, 10, 16])
+    c = lambda: SimCritic(q=1.0, p_remove=0.0, p_cond=0.0, seed=0)
+    fail, win = c().gradient(mk("Demo"), ep, baseline=0.5)["add"], c().gradient(mk("Demo"), ep, baseline=-1.0)["add"]
+    assert fail == instruction("repeat", -1) and win == instruction("repeat", 1)   # the same trace, opposite outcomes
+    crit = SimCritic(q=0.0, seed=1)                          # q = 0: uniform over all 18 instructions
+    adds = Counter(crit.gradient(mk("Demo"), ep)["add"] for _ in range(1800))
+    assert set(adds) == set(INSTRUCTIONS) and max(adds.values()) < 2*min(adds.values())
 
 # ---- Track B: real LLM log-probs ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -217,3 +288,17 @@ def test_real_llm_gate_sanity(smol):
     assert J["Always answer 7."] > J[None]
     assert lp["Always answer 7."].mean() > lp[None].mean()
     # "Never answer 7." > unchanged is what SmolLM2-135M does (it is primed by the number): recorded in the notebook, not asserted
+
+# ---- one of the paper's games through TextArena (optional package) ------------------------------------
+def test_mastermind_pegs_and_agent():
+    assert mastermind_pegs([1, 2, 3, 4], [4, 6, 1, 2]) == (0, 3) and mastermind_pegs([4, 6, 2, 1], [4, 6, 1, 2]) == (2, 2)
+    obs = "[GAME] Submitted [1 2 3 4]. Feedback: 0 black peg(s), 3 white peg(s).\n[GAME] Submitted [2 1 4 5]. Feedback: 0 black peg(s), 3 white peg(s)."
+    rng = np.random.default_rng(0)
+    for _ in range(20):                                      # the skill only ever proposes codes that fit what it read
+        g = [int(x) for x in mastermind_agent(obs, rng, consistent=True).strip("[]").split()]
+        assert mastermind_pegs([1, 2, 3, 4], g) == (0, 3) and mastermind_pegs([2, 1, 4, 5], g) == (0, 3)
+
+def test_textarena_mastermind_runs_offline():
+    pytest.importorskip("textarena")
+    res = play_textarena(lambda o, r: mastermind_agent(o, r, consistent=True), 2, seed=0)
+    assert all(reward == 1.0 and turns <= 20 for reward, turns in res)
