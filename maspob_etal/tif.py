@@ -1,4 +1,4 @@
-"""A small ODE "thought state" runs beside a frozen causal LM, accumulates evidence with controlled forgetting, and nudges one layer's hidden states through a gated, bounded injection, checked against its ungated and non-dissipative ablations and a parameter-matched LoRA.
+"""A small ODE "thought state" runs beside a frozen causal LM, accumulates evidence with controlled forgetting, and nudges one layer's hidden states through a gated, bounded injection, checked along the distractor's distance against a parameter-matched LoRA, the base fine-tuned on the same distractor data, and its ungated and non-dissipative ablations.
 
 Docs: https://maspob-etal.github.io/maspob_etal/tif.html.md"""
 
@@ -18,11 +18,13 @@ from torch import Tensor, nn
 from .core import progress
 
 # %% auto #0
-__all__ = ['TOY', 'NAMES', 'ITEMS', 'UPS', 'DOWNS', 'DECOYS', 'TOY_VARIANTS', 'ThoughtODE', 'rms_norm', 'inject', 'TiFController',
-           'n_params', 'decoder_layers', 'logit_lens_entropy', 'TiFHandle', 'attach_tif', 'lm_loss', 'train_tif',
-           'TinyCausalLM', 'make_running_sum_task', 'batch_fn', 'toy_accuracy', 'lora_targets', 'lora_rank_for',
-           'add_lora', 'make_word_problems', 'word_prompt', 'last_number', 'word_problem_batches',
-           'solve_word_problems', 'state_norms', 'run_toy_seed', 'eval_word_problems', 'run_lm_track']
+__all__ = ['TOY', 'NAMES', 'ITEMS', 'UPS', 'DOWNS', 'DECOYS', 'TOY_VARIANTS', 'BASELINES', 'ThoughtODE', 'ode_step_errors',
+           'rms_norm', 'inject', 'TiFController', 'n_params', 'decoder_layers', 'logit_lens_entropy', 'TiFHandle',
+           'attach_tif', 'lm_loss', 'train_tif', 'TinyCausalLM', 'make_running_sum_task', 'batch_fn', 'toy_accuracy',
+           'make_distance_task', 'free_running_correct', 'lora_targets', 'lora_rank_for', 'add_lora', 'finetune_copy',
+           'make_word_problems', 'word_prompt', 'last_number', 'word_problem_batches', 'solve_word_problems',
+           'state_norms', 'toy_base', 'distance_sets', 'toy_eval', 'train_toy_variant', 'run_toy_seed', 'tune_toy_lr',
+           'eval_word_problems', 'solution_nll', 'changed_share', 'run_lm_track']
 
 # %% ../nbs/10_tif.ipynb #7d171657
 class ThoughtODE(nn.Module):
@@ -110,6 +112,37 @@ class ThoughtODE(nn.Module):
             if self.dissipative
             else math.inf
         )
+
+# %% ../nbs/10_tif.ipynb #251771d7
+def ode_step_errors(ode:ThoughtODE,       # the field to integrate (its solver setting is ignored)
+                    z:Tensor,             # states before the step, (N, m)
+                    u:Tensor,             # evidence held over the step, (N, in_dim)
+                    dts:Sequence[float]=(0.1, 1.0),             # step sizes to check
+                    # (solver, n_sub) pairs
+                    schemes:Sequence=(("expeuler", 1), ("rk4", 1), ("rk4", 4)),
+                    rtol:float=1e-9, atol:float=1e-11,          # dopri5's tolerances
+                   )->list[dict]:  # one row per (dt, scheme): max abs error, relative error
+    "One step of each scheme against torchdiffeq's adaptive dopri5 on the same field, in float64."
+    try: tde = importlib.import_module("torchdiffeq")
+    except ImportError:
+        raise ImportError(
+            "ode_step_errors needs torchdiffeq: pip install 'maspob_etal[dev]'") from None
+    o = copy.deepcopy(ode).double(); z, u = z.detach().double(), u.detach().double()
+    rows = []
+    with torch.no_grad():
+        for dt in dts:
+            ts = torch.tensor([0.0, float(dt)], dtype=torch.float64)
+            ref = tde.odeint(lambda t, y: o.rhs(y, u), z, ts, method="dopri5", rtol=rtol,
+                             atol=atol)[-1]                                # the ODE's z(tau + dt)
+            move = float((ref - z).norm(dim=-1).max())                     # how far the state moves
+            for solver, n_sub in schemes:
+                o.solver, o.n_sub = solver, n_sub
+                err = o.step(z, u, dt) - ref
+                name = solver + (f" x{n_sub}" if solver == "rk4" else "")
+                rows.append(dict(dt=float(dt), scheme=name,
+                                 max_abs_error=float(err.abs().max()),
+                                 rel_error=float(err.norm(dim=-1).max()) / max(move, 1e-300)))
+    return rows
 
 # %% ../nbs/10_tif.ipynb #2031a148
 def rms_norm(x:Tensor,          # (..., d)
@@ -316,7 +349,7 @@ def attach_tif(model,                      # a Hugging Face causal LM (or `TinyC
     "Hook `controller` after decoder layer `layer` of a causal LM."
     return TiFHandle(model, layer, controller)
 
-# %% ../nbs/10_tif.ipynb #540544e1
+# %% ../nbs/10_tif.ipynb #d6ae65d9
 def lm_loss(logits:Tensor,    # (B, T, V)
             labels:Tensor,    # (B, T), -100 where nothing is predicted
            )->Tensor:
@@ -338,13 +371,16 @@ def train_tif(model,                         # the (frozen) base model, or a mod
               time_budget:float|None=None,  # stop after this many seconds (steps done are returned)
               warmup:int=0,                  # linear warm-up steps
               desc:str="train",              # progress-bar label
-             )->dict:                        # losses, steps done, seconds
+              eval_at:Sequence[int]=(),      # steps after which `on_eval` runs (budget checkpoints)
+              on_eval:Callable|None=None,    # () -> anything; its results land in "evals"
+             )->dict:                        # losses, steps done, seconds, evals {step: result}
     ("Train the controller behind `handle` (or `params`) with AdamW on next-token CE + beta_gate "
      "mean g.")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
     if handle is None and params is None:
         raise ValueError("pass a TiFHandle to train, or the parameters to train in `params`")
+    if eval_at and on_eval is None: raise ValueError("eval_at needs on_eval, the evaluation to run")
     params = [
         p
         for p in (params if params is not None else handle.controller.parameters())
@@ -356,7 +392,8 @@ def train_tif(model,                         # the (frozen) base model, or a mod
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0
     )
-    losses, t0 = [], time.perf_counter()
+    losses, evals, t0 = [], {}, time.perf_counter()
+    if 0 in eval_at: evals[0] = on_eval()
     for i in progress(range(steps), desc=desc, leave=False):
         if time_budget is not None and time.perf_counter() - t0 > time_budget: break
         bt = {k: v.to(dev) for k, v in batches(i).items()}
@@ -370,8 +407,9 @@ def train_tif(model,                         # the (frozen) base model, or a mod
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(params, clip); opt.step(); sched.step()
         losses.append(loss.item())
+        if i + 1 in eval_at: evals[i + 1] = on_eval()
     if handle is not None: handle.reset()
-    return dict(losses=losses, steps=len(losses), seconds=time.perf_counter() - t0)
+    return dict(losses=losses, steps=len(losses), seconds=time.perf_counter() - t0, evals=evals)
 
 # %% ../nbs/10_tif.ipynb #92843300
 class _Block(nn.Module):
@@ -483,6 +521,57 @@ def toy_accuracy(model, data:dict, handle:TiFHandle|None=None, batch_size:int=25
     if handle is not None: handle.reset()
     return hit / tot
 
+# %% ../nbs/10_tif.ipynb #334887f4
+def make_distance_task(n:int,              # number of traces
+                       n_items:int=10,     # items per trace: every trace has the same layout
+                       k:int=0,            # items between the distractor's item and the answer's
+                       burst:int=2,        # distractor tokens (0: the clean twin, same traces)
+                       seed:int=0,
+                       pool:str="test",    # noise pool of the distractor: "train" or "test"
+                       modulus:int=2,      # the running total is kept mod this
+                      )->dict:             # input_ids, labels (every result), noise, start
+    ("Running-sum traces with one burst of distractor tokens right before the '=' of item "
+     "`n_items - k`: the last distractor token sits 4k + 1 tokens before the answer's '='.")
+    if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 1:
+        raise ValueError(f"n_items must be a positive integer, got {n_items!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < n_items:
+        raise ValueError(
+            f"k must be an integer in 0..{n_items - 1} (items before the answer), got {k!r}")
+    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
+        raise ValueError(f"burst must be a non-negative integer, got {burst!r}")
+    d = make_running_sum_task(n, n_items, 0.0, seed=seed, pool=pool, modulus=modulus)
+    pos = 2 + 4*(n_items - k - 1) + 2                  # the '=' of item n_items - k (1-based items)
+    noise0 = TOY.NOISE0 + (0 if pool == "train" else TOY.n_noise)
+    gen = torch.Generator().manual_seed(seed + 7)
+    noise = noise0 + torch.randint(TOY.n_noise, (n, burst), generator=gen)
+    cat = lambda a, b: torch.cat([a[:, :pos], b, a[:, pos:]], 1)
+    return dict(input_ids=cat(d["input_ids"], noise),
+                labels=cat(d["labels"], torch.full((n, burst), -100)),
+                noise=cat(d["noise"], torch.ones(n, burst, dtype=torch.bool)), start=pos)
+
+@torch.no_grad()
+def free_running_correct(model,                      # the (steered) model
+                         data:dict,                  # `make_distance_task` output (one layout)
+                         handle:TiFHandle|None=None, # the attached controller, reset for each pass
+                         batch_size:int=500,
+                        )->Tensor:                   # 1/0 per trace: the final answer is right
+    ("Greedy decoding of every result after `data['start']`, each from the model's own earlier "
+     "results (the items are given); scores the final answer.")
+    lab = data["labels"]
+    if not bool(((lab != -100) == (lab[:1] != -100)).all()):
+        raise ValueError("every trace must share one layout (results in the same columns): "
+                         "use make_distance_task")
+    cols = [int(c) for c in torch.nonzero(lab[0] != -100).flatten() if c > data["start"]]
+    dev, out = next(model.parameters()).device, []
+    for i in range(0, lab.shape[0], batch_size):
+        ids = data["input_ids"][i:i+batch_size].clone().to(dev)
+        for c in cols:                                   # decode result c from the prefix before it
+            if handle is not None: handle.reset()
+            ids[:, c] = model(input_ids=ids[:, :c]).logits[:, -1].argmax(-1)
+        out.append((ids[:, cols[-1]] == lab[i:i+batch_size, cols[-1]].to(dev)).float().cpu())
+    if handle is not None: handle.reset()
+    return torch.cat(out)
+
 # %% ../nbs/10_tif.ipynb #42762b36
 def lora_targets(model, layer:int)->list[str]:
     "Full names of the nn.Linear modules inside decoder layer `layer`."
@@ -520,6 +609,15 @@ def add_lora(model,                 # the frozen base model (left untouched)
     with torch.random.fork_rng():
         torch.manual_seed(seed); m2 = peft.inject_adapter_in_model(cfg, m2)
     params = [p for n, p in m2.named_parameters() if "lora_" in n]
+    for p in params: p.requires_grad_(True)
+    return m2, params
+
+# %% ../nbs/10_tif.ipynb #7c24df66
+def finetune_copy(model)->tuple:
+    ("A deep copy of `model` with every parameter trainable (the fine-tuned-base baseline); "
+     "returns (model, parameters).")
+    m2 = copy.deepcopy(model)
+    params = list(m2.parameters())
     for p in params: p.requires_grad_(True)
     return m2, params
 
@@ -643,12 +741,13 @@ def solve_word_problems(
     if handle is not None: handle.reset()
     return out
 
-# %% ../nbs/10_tif.ipynb #76dcf009
+# %% ../nbs/10_tif.ipynb #dd8e389e
 TOY_VARIANTS = {
     "TiF": {},
     "TiF ungated": dict(gated=False),
     "TiF non-dissipative": dict(dissipative=False),
 }
+BASELINES = ("LoRA", "FT")   # FT: the base itself fine-tuned on the same distractor data
 
 @torch.no_grad()
 def state_norms(model, handle:TiFHandle, data:dict, batch_size:int=50)->dict:
@@ -663,127 +762,173 @@ def state_norms(model, handle:TiFHandle, data:dict, batch_size:int=50)->dict:
     handle.reset()
     return dict(zmax=zmax, dh_max=rmax, trace=trace)
 
-
-def run_toy_seed(
-    seed: int,
-    variants: Sequence[str] = ("TiF", "TiF ungated", "TiF non-dissipative", "LoRA"),
-    modulus: int = 2,
-    length: tuple = (4, 8),
-    n_train: int = 4000,
-    n_test: int = 1000,
-    d: int = 64,
-    n_layers: int = 2,
-    base_steps: int = 400,
-    base_lr: float = 5e-3,
-    steps: int = 200,
-    lr: float = 1e-2,
-    batch_size: int = 32,
-    m: int = 16,
-    layer: int = 0,
-    kappa: float = 0.1,
-    train_rate: float = 0.15,
-    test_rate: float = 0.3,
-    long_factor: int = 10,
-    n_long: int = 20,
-    keep: bool = False,
-    device: str = "cpu",
-) -> dict:
-    ("One paired seed of the toy protocol: base on clean traces, then every variant on the same "
-     "noisy batches.")
-    lo, hi = length
-    mk = lambda n, L, rate, s, pool="train": make_running_sum_task(
-        n, L, rate, seed=s, pool=pool, modulus=modulus
-    )
-    train_clean, train_noisy = mk(n_train, length, 0.0, seed), mk(
-        n_train, length, train_rate, seed + 1
-    )
-    test_clean, test_dis = mk(n_test, length, 0.0, seed + 2), mk(
-        n_test, length, test_rate, seed + 3, "test"
-    )
+def toy_base(seed:int, modulus:int=2, length:tuple=(3, 12), n_train:int=4000, d:int=64,
+             n_layers:int=2, base_steps:int=800, base_lr:float=3e-3, batch_size:int=32,
+             device:str="cpu")->tuple:
+    "The frozen toy base of one seed, trained on clean traces; returns (model, final loss)."
+    train_clean = make_running_sum_task(n_train, length, 0.0, seed=seed, modulus=modulus)
     torch.manual_seed(seed)
     base = TinyCausalLM(TOY.vocab_size, d, n_layers).to(device)
-    tr = train_tif(
-        base,
-        None,
-        batch_fn(train_clean, batch_size, seed),
-        base_steps,
-        lr=base_lr,
-        params=list(base.parameters()),
-        beta_gate=0,
-        warmup=30,
-        desc="base",
-    )
+    tr = train_tif(base, None, batch_fn(train_clean, batch_size, seed), base_steps, lr=base_lr,
+                   params=list(base.parameters()), beta_gate=0, warmup=30, desc="base")
     for p in base.parameters(): p.requires_grad_(False)
-    base.eval()
-    out = dict(
-        seed=seed,
-        acc={"base": (toy_accuracy(base, test_clean), toy_accuracy(base, test_dis))},
-        params={},
-        norms={},
-        loss={"base": tr["losses"][-1]},
-        gate={},
-    )
-    n_tif = n_params(TiFController(d, m=m))
+    return base.eval(), tr["losses"][-1]
+
+def distance_sets(seed:int, distances:Sequence[int], n_items:int=10, n_test:int=500,
+                  burst:int=2, pool:str="test", modulus:int=2)->dict:
+    ("One distracted set per distance k (the same traces, the burst k items before the answer) "
+     "and the clean twin decoded over the longest span.")
+    mk = lambda k, b: make_distance_task(n_test, n_items, k, b, seed=seed, pool=pool,
+                                         modulus=modulus)
+    return dict(dist={k: mk(k, burst) for k in distances}, clean=mk(max(distances), 0))
+
+def toy_eval(model, sets:dict, handle:TiFHandle|None=None)->dict:
+    "Free-running final-answer accuracy on each distance set and on the clean twin."
+    acc = lambda data: float(free_running_correct(model, data, handle).mean())
+    return dict(dist={k: acc(v) for k, v in sets["dist"].items()}, clean=acc(sets["clean"]))
+
+def train_toy_variant(base, variant:str, seed:int, train_noisy:dict, steps:int, lr:float,
+                      batch_size:int=32, m:int=16, layer:int=0, kappa:float=0.1,
+                      sets:dict|None=None, checkpoints:Sequence[int]=(), device:str="cpu")->dict:
+    ("Train one adapter (a TiF variant, LoRA or FT) on the seed's shared noisy batches; returns "
+     "model, handle, controller, parameters, loss and checkpoint evaluations.")
+    bf = batch_fn(train_noisy, batch_size, seed + 1)            # the same batches for every variant
+    n_tif = n_params(TiFController(base.d, m=m))
+    h = ctl = None
+    if variant in TOY_VARIANTS:
+        torch.manual_seed(seed + 7919)           # the same controller init for every TiF variant
+        ctl = TiFController(base.d, m=m, kappa=kappa, **TOY_VARIANTS[variant]).to(device)
+        model, h, params, n = base, attach_tif(base, layer, ctl), None, n_params(ctl)
+    elif variant == "LoRA":
+        r, n = lora_rank_for(base, layer, n_tif)
+        model, params = add_lora(base, layer, r, seed=seed + 7919)
+    elif variant == "FT":
+        model, params = finetune_copy(base); n = sum(p.numel() for p in params)
+    else: raise ValueError(f"unknown variant {variant!r}: use {list(TOY_VARIANTS)}, 'LoRA' or 'FT'")
+    ev = (lambda: toy_eval(model, sets, h)) if checkpoints else None
+    tr = train_tif(model, h, bf, steps, lr=lr, params=params, desc=variant,
+                   beta_gate=1e-3 if h is not None else 0, eval_at=checkpoints, on_eval=ev)
+    if params is not None:
+        for p in params: p.requires_grad_(False)
+    return dict(model=model, handle=h, controller=ctl, params=n,
+                loss=tr["losses"][-1] if tr["losses"] else None, evals=tr["evals"])
+
+def run_toy_seed(
+    seed:int,
+    variants:Sequence[str]=("TiF", "TiF ungated", "TiF non-dissipative", "LoRA", "FT"),
+    lrs:dict|None=None,          # variant -> learning rate (the tuned values); others use `lr`
+    modulus:int=2, length:tuple=(3, 12), n_train:int=4000, d:int=64, n_layers:int=2,
+    base_steps:int=800, base_lr:float=3e-3, steps:int=300, lr:float=1e-2, batch_size:int=32,
+    m:int=16, layer:int=0, kappa:float=0.1, train_rate:float=0.15,
+    n_items:int=10,              # items of a test trace
+    distances:Sequence[int]=(0, 2, 5, 8),  # items between the distractor and the answer
+    burst:int=2,                 # distractor tokens at test
+    n_test:int=500,
+    test_pool:str="test",        # "test": held-out noise; "train": the training pool (validation)
+    checkpoints:Sequence[int]=(),          # budgets (steps) at which TiF, LoRA and FT are also read
+    long_factor:int=10, n_long:int=20,     # the state-norm check on longer traces
+    keep:bool=False,             # keep the models and test sets (for plots)
+    device:str="cpu",
+)->dict:
+    ("One paired seed of the toy protocol: a base on clean traces, then every variant on the same "
+     "noisy batches, read by free-running decoding at each distractor distance.")
+    lrs = dict(lrs or {})
+    base, base_loss = toy_base(seed, modulus, length, n_train, d, n_layers, base_steps, base_lr,
+                               batch_size, device)
+    train_noisy = make_running_sum_task(n_train, length, train_rate, seed=seed + 1, modulus=modulus)
+    set_seed = seed + (2 if test_pool == "test" else 3)
+    sets = distance_sets(set_seed, distances, n_items, n_test, burst, test_pool, modulus)
+    torch.manual_seed(seed + 7919)
+    # untrained: the gate nearly closed
+    h0 = attach_tif(base, layer, TiFController(d, m=m, kappa=kappa).to(device))
+    out = dict(seed=seed,
+               acc={"base": toy_eval(base, sets), "TiF untrained": toy_eval(base, sets, h0)},
+               params={}, norms={}, loss={"base": base_loss}, gate={}, ckpt={}, lr={})
+    h0.remove()
     for v in variants:
-        torch.manual_seed(seed + 7919)  # the same controller init for every TiF variant
-        if v in TOY_VARIANTS:
-            ctl = TiFController(d, m=m, kappa=kappa, **TOY_VARIANTS[v]).to(device)
-            h = attach_tif(base, layer, ctl)
-            tr = train_tif(
-                base, h, batch_fn(train_noisy, batch_size, seed + 1), steps, lr=lr, desc=v
-            )
-            out["acc"][v] = (toy_accuracy(base, test_clean, h), toy_accuracy(base, test_dis, h))
-            out["params"][v] = n_params(ctl)
-            for name, data in (("clean", test_clean), ("distracted", test_dis)):
-                with torch.no_grad(): h.reset(); base(input_ids=data["input_ids"][:200].to(device))
+        lr_v = lrs.get(v, lrs.get("TiF", lr) if v in TOY_VARIANTS else lr)
+        ck = tuple(checkpoints) if v in ("TiF", "LoRA", "FT") else ()
+        r = train_toy_variant(base, v, seed, train_noisy, steps, lr_v, batch_size, m, layer, kappa,
+                              sets, ck, device)
+        model, h = r["model"], r["handle"]
+        out["acc"][v] = toy_eval(model, sets, h)
+        out["params"][v], out["loss"][v], out["lr"][v] = r["params"], r["loss"], lr_v
+        if ck: out["ckpt"][v] = r["evals"]
+        if h is not None:
+            far = sets["dist"][max(distances)]
+            for name, data in (("clean", sets["clean"]), ("distracted", far)):
+                with torch.no_grad(): h.reset(); model(input_ids=data["input_ids"][:200].to(device))
                 out["gate"][(v, name)] = float(h.logs["g"].mean())
             if v != "TiF ungated":
-                out["norms"][v] = {
-                    L: state_norms(base, h, mk(n_long, hi * L, test_rate, seed + 4, "test"))
-                    for L in (1, long_factor)
-                }
-                out["norms"][v]["bound"], out["norms"][v]["kappa"] = ctl.ode.bound(), ctl.kappa
-            if keep: out.setdefault("controllers", {})[v] = ctl
+                mk = lambda L: make_running_sum_task(n_long, n_items * L, 0.3, seed=seed + 4,
+                                                     pool=test_pool, modulus=modulus)
+                out["norms"][v] = {L: state_norms(model, h, mk(L)) for L in (1, long_factor)}
+                nv, c_ = out["norms"][v], r["controller"]
+                nv["bound"], nv["kappa"] = c_.ode.bound(), c_.kappa
+            if keep: out.setdefault("controllers", {})[v] = r["controller"]
             h.remove()
-        elif v == "LoRA":
-            r, cnt = lora_rank_for(base, layer, n_tif)
-            lm, lp = add_lora(base, layer, r, seed=seed + 7919)
-            tr = train_tif(
-                lm,
-                None,
-                batch_fn(train_noisy, batch_size, seed + 1),
-                steps,
-                lr=lr,
-                params=lp,
-                desc=v,
-            )
-            out["acc"][v], out["params"][v] = (
-                toy_accuracy(lm, test_clean),
-                toy_accuracy(lm, test_dis),
-            ), cnt
-        else:
-            raise ValueError(f"unknown variant {v!r}: use {list(TOY_VARIANTS)} or 'LoRA'")
-        out["loss"][v] = tr["losses"][-1]
-    if keep: out.update(base=base, test_clean=test_clean, test_dis=test_dis)
+    if keep: out.update(base=base, sets=sets)
     return out
 
-# %% ../nbs/10_tif.ipynb #2400bb3a
+def tune_toy_lr(seed:int,                       # a tuning seed, kept apart from the claims' seeds
+                grid:Sequence[float]=(1e-3, 3e-3, 1e-2, 3e-2),  # the same grid for every variant
+                variants:Sequence[str]=("TiF", "LoRA", "FT"),
+                **kw,                           # run_toy_seed's sizes
+               )->dict:                         # variant -> {lr: validation accuracy}
+    ("Validation accuracy (free-running, distracted, mean over the distances; the training noise "
+     "pool) of each variant at each learning rate of `grid`.")
+    kw = {k: v for k, v in kw.items() if k not in ("keep", "checkpoints", "lrs", "test_pool")}
+    out = {v: {} for v in variants}
+    for lr_ in grid:
+        r = run_toy_seed(seed, variants=variants, lrs={v: lr_ for v in variants}, test_pool="train",
+                         long_factor=1, n_long=1, **kw)
+        for v in variants: out[v][lr_] = float(np.mean(list(r["acc"][v]["dist"].values())))
+    return out
+
+# %% ../nbs/10_tif.ipynb #d7044dff
 def eval_word_problems(
-    model,
-    tok,
-    problems: list[dict],
-    handle: TiFHandle | None = None,
-    max_new_tokens: int = 32,
+    model, tok, problems: list[dict], handle: TiFHandle | None = None, max_new_tokens: int = 32,
     batch_size: int = 16,
-) -> tuple[list, list]:
-    "Per-problem correctness (1/0) on the clean and on the distracted questions."
-    res = []
+    return_answers: bool = False,   # also return the parsed answers (last numbers)
+) -> tuple:
+    "Per-problem correctness (1/0) on the clean and on the distracted questions (and the answers)."
+    res, ans_all = [], []
     for key in ("question", "question_distracted"):
-        ans = solve_word_problems(
-            model, tok, [p[key] for p in problems], handle, max_new_tokens, batch_size
-        )
-        res.append([float(last_number(a) == p["answer"]) for a, p in zip(ans, problems)])
-    return res[0], res[1]
+        ans = [last_number(a) for a in solve_word_problems(
+            model, tok, [p[key] for p in problems], handle, max_new_tokens, batch_size)]
+        res.append([float(a == p["answer"]) for a, p in zip(ans, problems)]); ans_all.append(ans)
+    return (res[0], res[1], ans_all[0], ans_all[1]) if return_answers else (res[0], res[1])
+
+
+@torch.no_grad()
+def solution_nll(model, tok, problems: list[dict], key: str = "question_distracted",
+                 handle: TiFHandle | None = None, batch_size: int = 16) -> list[float]:
+    "Teacher-forced mean NLL per token of each problem's solution (and EOS), given its prompt."
+    dev, out = next(model.parameters()).device, []
+    for i in range(0, len(problems), batch_size):
+        rows = [(tok(word_prompt(p[key]), add_special_tokens=False)["input_ids"],
+                 tok(" " + p["solution"], add_special_tokens=False)["input_ids"]
+                 + [tok.eos_token_id])
+                for p in problems[i : i + batch_size]]
+        T = max(len(a) + len(b) for a, b in rows)
+        ids = torch.full((len(rows), T), tok.pad_token_id); lab = torch.full((len(rows), T), -100)
+        att = torch.zeros(len(rows), T, dtype=torch.long)
+        for r, (a, b) in enumerate(rows):
+            ids[r, : len(a) + len(b)] = torch.tensor(a + b); att[r, : len(a) + len(b)] = 1
+            lab[r, len(a) : len(a) + len(b)] = torch.tensor(b)
+        if handle is not None: handle.reset()
+        logits = model(input_ids=ids.to(dev), attention_mask=att.to(dev)).logits[:, :-1].float()
+        tgt = lab[:, 1:].to(dev)
+        nll = F.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=-100, reduction="none")
+        out += ((nll * (tgt != -100)).sum(1) / (tgt != -100).sum(1)).tolist()
+    if handle is not None: handle.reset()
+    return out
+
+
+def changed_share(answers: Sequence, reference: Sequence) -> float:
+    "Share of answers that differ from the reference's (None, no number, counts as an answer)."
+    if len(answers) != len(reference): raise ValueError("answers and reference must pair up")
+    return float(np.mean([a != b for a, b in zip(answers, reference)]))
 
 
 def run_lm_track(
@@ -803,9 +948,11 @@ def run_lm_track(
     eval_batch: int = 16,
 ) -> dict:
     ("TiF and a parameter-matched LoRA on the same layer, trained per seed on the same batches; "
-     "per-item correctness.")
+     "per-problem correctness, answers and solution NLL (did training move the model).")
     for p in model.parameters(): p.requires_grad_(False)
-    out = dict(base=eval_word_problems(model, tok, test, None, max_new_tokens, eval_batch), runs=[])
+    b = eval_word_problems(model, tok, test, None, max_new_tokens, eval_batch, return_answers=True)
+    out = dict(base=b[:2], base_answers=b[2:], runs=[],
+               base_nll=solution_nll(model, tok, test, batch_size=eval_batch))
     d = model.get_output_embeddings().in_features
     for s in progress(seeds, desc="lm seeds"):
         torch.manual_seed(s)
@@ -813,20 +960,26 @@ def run_lm_track(
         h = attach_tif(model, layer, ctl)
         bf = word_problem_batches(tok, train, batch_size, seed=s)
         tr_t = train_tif(model, h, bf, steps, lr=lr, time_budget=time_budget, desc="TiF")
-        res_t = eval_word_problems(model, tok, test, h, max_new_tokens, eval_batch)
+        res_t = eval_word_problems(model, tok, test, h, max_new_tokens, eval_batch,
+                                   return_answers=True)
+        nll_t = solution_nll(model, tok, test, handle=h, batch_size=eval_batch)
         h.remove()
         r, cnt = lora_rank_for(model, layer, n_params(ctl))
         lm, lp = add_lora(model, layer, r, seed=s)
         tr_l = train_tif(
             lm, None, bf, steps, lr=lr, params=lp, time_budget=time_budget, desc="LoRA"
         )
-        res_l = eval_word_problems(lm, tok, test, None, max_new_tokens, eval_batch)
+        res_l = eval_word_problems(lm, tok, test, None, max_new_tokens, eval_batch,
+                                   return_answers=True)
+        nll_l = solution_nll(lm, tok, test, batch_size=eval_batch)
         del lm
         out["runs"].append(
             dict(
                 seed=s,
-                tif=res_t,
-                lora=res_l,
+                tif=res_t[:2],
+                lora=res_l[:2],
+                answers=dict(tif=res_t[2:], lora=res_l[2:]),
+                nll=dict(tif=nll_t, lora=nll_l),
                 params=(n_params(ctl), cnt),
                 rank=r,
                 steps=(tr_t["steps"], tr_l["steps"]),

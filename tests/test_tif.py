@@ -9,10 +9,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent
 
+import maspob_etal.tif as tif_mod
 from maspob_etal.tif import (
-    DECOYS, TOY, ThoughtODE, TiFController, TinyCausalLM, add_lora, attach_tif, batch_fn, decoder_layers, inject, last_number,
-    lm_loss, logit_lens_entropy, lora_rank_for, lora_targets, make_running_sum_task, make_word_problems, n_params, rms_norm,
-    toy_accuracy, train_tif, word_problem_batches)
+    DECOYS, TOY, ThoughtODE, TiFController, TinyCausalLM, add_lora, attach_tif, batch_fn, changed_share, decoder_layers,
+    finetune_copy, free_running_correct, inject, last_number, lm_loss, logit_lens_entropy, lora_rank_for, lora_targets,
+    make_distance_task, make_running_sum_task, make_word_problems, n_params, ode_step_errors, rms_norm, solution_nll,
+    toy_accuracy, train_tif, train_toy_variant, word_problem_batches)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: see conftest
 
@@ -373,6 +375,132 @@ def test_thread_count_changes_no_number():
     assert_thread_independent("""
 from maspob_etal.core import cpu_threads
 from maspob_etal.tif import run_toy_seed
-with cpu_threads(1): r = run_toy_seed(0, variants=("TiF", "TiF non-dissipative"), n_train=200, n_test=100, base_steps=15, steps=8, batch_size=16, n_long=2, long_factor=2)
-result = [r["acc"][v] for v in ("base", "TiF", "TiF non-dissipative")] + [r["loss"]["TiF"], r["norms"]["TiF"][2]["zmax"], r["norms"]["TiF non-dissipative"][2]["zmax"]]
+with cpu_threads(1): r = run_toy_seed(0, variants=("TiF", "TiF non-dissipative"), n_train=200, n_test=40, base_steps=15, steps=8, batch_size=16,
+                                      n_long=2, long_factor=2, length=(3, 5), n_items=5, distances=(0, 3))
+result = [r["acc"][v]["dist"][k] for v in ("base", "TiF", "TiF non-dissipative") for k in (0, 3)] + [r["loss"]["TiF"],
+          r["norms"]["TiF"][2]["zmax"], r["norms"]["TiF non-dissipative"][2]["zmax"]]
 """)
+
+
+# ---------------------------------------------------------------- the ODE step against the solver
+def test_ode_step_errors_against_dopri5():
+    "The table's numbers are |one step - dopri5|: exact for a constant drive, large for expeuler at dt = 1 with a recurrence."
+    tde = pytest.importorskip("torchdiffeq")
+    ode = ode_with(m=6, in_dim=4, lam_min=0.1, rho=0.5)
+    z, u = 3*torch.randn(5, 6, generator=gen(40)), torch.randn(5, 4, generator=gen(41))
+    rows = {(r["dt"], r["scheme"]): r for r in ode_step_errors(ode, z, u, dts=(0.01, 1.0))}
+    o = ode.double()
+    ref = tde.odeint(lambda t, y: o.rhs(y, u.double()), z.double(), torch.tensor([0.0, 1.0], dtype=torch.double), method="dopri5",
+                     rtol=1e-10, atol=1e-12)[-1]
+    with torch.no_grad(): direct = float((o.step(z.double(), u.double(), 1.0) - ref).abs().max())
+    assert rows[(1.0, "expeuler")]["max_abs_error"] == pytest.approx(direct, rel=1e-5, abs=1e-9)
+    assert rows[(1.0, "expeuler")]["max_abs_error"] > 1e-2                          # the operating step is not an ODE solve
+    assert rows[(1.0, "rk4 x4")]["max_abs_error"] < 1e-3 and rows[(0.01, "expeuler")]["max_abs_error"] < 1e-4
+    lin = ode_with(m=6, in_dim=4, lam_min=0.1, rho=0.0)                             # W_z = 0: a constant drive
+    assert ode_step_errors(lin, z, u, dts=(1.0,), schemes=(("expeuler", 1),))[0]["max_abs_error"] < 1e-8
+
+
+# ---------------------------------------------------------------- the regime: distance, free-running decoding, baselines
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_distance_task_puts_the_burst_k_items_before_the_answer(k):
+    d = make_distance_task(20, 4, k=k, burst=3, seed=2)
+    ids, nz = d["input_ids"], d["noise"]
+    noise_cols = torch.nonzero(nz[0]).flatten().tolist()
+    assert noise_cols == list(range(d["start"], d["start"] + 3)) and bool((nz == nz[:1]).all())
+    eqs = torch.nonzero(ids[0] == TOY.EQ).flatten().tolist()                          # the four '=' tokens
+    assert eqs[3 - k] == d["start"] + 3                                             # the burst sits right before item (4 - k)'s '='
+    assert eqs[-1] - noise_cols[-1] == 4*k + 1
+    clean = make_distance_task(20, 4, k=k, burst=0, seed=2)
+    assert torch.equal(ids[~nz].view(20, -1), clean["input_ids"])                     # the same traces without the burst
+    assert bool((ids[nz] >= TOY.NOISE0 + TOY.n_noise).all())                          # held-out pool
+    with pytest.raises(ValueError, match="k must be"): make_distance_task(3, 4, k=4)
+
+
+class _Echo(torch.nn.Module):
+    "Predicts, at every position, the token four places back: after '=' that is the previous result."
+    def __init__(self): super().__init__(); self.w = torch.nn.Parameter(torch.zeros(1))
+    def forward(self, input_ids, **kw):
+        from types import SimpleNamespace
+        return SimpleNamespace(logits=F.one_hot(input_ids[:, -4:-3].expand(-1, input_ids.shape[1]), TOY.vocab_size).float())
+
+
+def test_free_running_decodes_from_its_own_results():
+    d = make_distance_task(40, 6, k=3, burst=0, seed=3)
+    got = free_running_correct(_Echo(), d)
+    before = d["input_ids"][:, d["start"] - 3]                                       # the last given result
+    assert torch.equal(got, (before == d["labels"][:, -1]).float())                 # copied forward through every decoded result
+    teacher = d["input_ids"][:, -5]                                                   # what teacher forcing would copy
+    assert not torch.equal(got, (teacher == d["labels"][:, -1]).float())
+
+
+def test_finetune_copy_trains_every_weight_and_leaves_the_base():
+    torch.manual_seed(0)
+    base = TinyCausalLM(TOY.vocab_size, 16, 1, 2)
+    for p in base.parameters(): p.requires_grad_(False)
+    ft, params = finetune_copy(base)
+    assert len(params) == len(list(base.parameters())) and all(p.requires_grad for p in params)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    train_tif(ft, None, batch_fn(make_running_sum_task(50, 3, 0.2, seed=2), 8, 0), 3, lr=1e-2, params=params)
+    assert all(torch.equal(v, base.state_dict()[k]) for k, v in before.items())
+    assert not all(torch.equal(v, ft.state_dict()[k]) for k, v in before.items())
+
+
+def test_every_variant_trains_on_the_same_batches(monkeypatch):
+    "TiF, LoRA and FT draw the same noisy batches (equal data and steps)."
+    seen = {}
+    real = tif_mod.batch_fn
+    def spy(data, batch_size, seed=0):
+        get = real(data, batch_size, seed)
+        def wrapped(i):
+            out = get(i); seen.setdefault(cur[0], []).append(out["input_ids"].clone()); return out
+        return wrapped
+    monkeypatch.setattr(tif_mod, "batch_fn", spy)
+    torch.manual_seed(0)
+    base = TinyCausalLM(TOY.vocab_size, 16, 1, 2)
+    for p in base.parameters(): p.requires_grad_(False)
+    noisy = make_running_sum_task(60, (3, 4), 0.15, seed=5, modulus=2)
+    cur = [None]
+    for v in ("TiF", "LoRA", "FT"):
+        cur[0] = v; r = train_toy_variant(base, v, 3, noisy, 3, 1e-2, batch_size=8, m=4)
+        if r["handle"] is not None: r["handle"].remove()
+    assert len(seen["TiF"]) == len(seen["LoRA"]) == len(seen["FT"]) == 3
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(seen["TiF"], seen["LoRA"], seen["FT"]))
+
+
+def test_budget_checkpoints_read_the_model_after_that_many_steps():
+    torch.manual_seed(0)
+    base = TinyCausalLM(TOY.vocab_size, 16, 1, 2)
+    data = make_running_sum_task(60, (3, 4), 0.0, seed=6, modulus=2)
+    probe = make_running_sum_task(10, 4, 0.0, seed=7, modulus=2)["input_ids"]
+    ref = TinyCausalLM(TOY.vocab_size, 16, 1, 2); ref.load_state_dict(base.state_dict())
+    read = lambda mod: mod(input_ids=probe).logits.detach().clone()
+    res = train_tif(base, None, batch_fn(data, 8, 0), 5, lr=1e-2, params=list(base.parameters()), eval_at=(0, 2, 5),
+                    on_eval=lambda: read(base))
+    assert sorted(res["evals"]) == [0, 2, 5]
+    train_tif(ref, None, batch_fn(data, 8, 0), 2, lr=1e-2, params=list(ref.parameters()))
+    torch.testing.assert_close(res["evals"][2], read(ref))
+    torch.testing.assert_close(res["evals"][5], read(base))
+    with pytest.raises(ValueError, match="eval_at needs on_eval"): train_tif(base, None, batch_fn(data, 8, 0), 1, params=list(base.parameters()), eval_at=(1,))
+
+
+# ---------------------------------------------------------------- did the real-model arm move
+def test_changed_share_known_value():
+    assert changed_share([1, 2, None, 4], [1, 3, 7, 5]) == 0.75 and changed_share([None], [None]) == 0.0
+    with pytest.raises(ValueError, match="pair up"): changed_share([1], [1, 2])
+
+
+def test_solution_nll_is_the_loss_on_the_solution_tokens():
+    transformers = pytest.importorskip("transformers")
+    tok = pytest.importorskip("maspob_etal.models").load_tokenizer()
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=1, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    probs = make_word_problems(3, seed=8)
+    got = solution_nll(model, tok, probs, batch_size=2)
+    for p, g in zip(probs, got):
+        a = tok(tif_mod.word_prompt(p["question_distracted"]), add_special_tokens=False)["input_ids"]
+        b = tok(" " + p["solution"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids = torch.tensor([a + b]); lab = torch.tensor([[-100]*len(a) + b])
+        with torch.no_grad(): want = float(lm_loss(model(input_ids=ids).logits, lab))
+        assert g == pytest.approx(want, rel=1e-4, abs=1e-5)
