@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/robomme.html.md"""
 
 # %% ../nbs/18_robomme.ipynb #ec843979
 from __future__ import annotations
-import heapq, importlib, math, re, zlib
+import heapq, importlib, json, math, re, zlib
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,16 +20,18 @@ import torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 
-from .core import progress
+from .core import parallel_map, progress
 
 # %% auto #0
-__all__ = ['TASKS', 'TASK_LIST', 'SUITE_OF', 'VERBS', 'DIFFICULTIES', 'SPLITS', 'COLOURS', 'G', 'BG', 'TARGET', 'BIN', 'BUTTON',
-           'LIT', 'CONT', 'STICK', 'SLOT', 'LANE', 'PEG', 'N_WORDS', 'L_GOAL', 'L_SG', 'REPRESENTATIONS',
-           'INTEGRATIONS', 'SYMBOLIC', 'POLICIES', 'H5_STEP_FIELDS', 'check_task', 'split_seeds', 'seed_split',
-           'difficulty_of', 'Scene', 'render', 'Script', 'make_script', 'MiniMMEEnv', 'patchify',
+__all__ = ['TASKS', 'TASK_LIST', 'SUITE_OF', 'VERBS', 'DIFFICULTIES', 'DIFFICULTY_CYCLE', 'SPLITS', 'COLOURS', 'G', 'BG',
+           'TARGET', 'BIN', 'BUTTON', 'LIT', 'CONT', 'STICK', 'SLOT', 'LANE', 'PEG', 'N_WORDS', 'L_GOAL', 'L_SG',
+           'REPRESENTATIONS', 'INTEGRATIONS', 'SYMBOLIC', 'POLICIES', 'SHORTCUTS', 'H5_REQUIRED', 'check_task',
+           'split_seeds', 'seed_split', 'difficulty_of', 'seed_file_path', 'read_seed_file', 'write_seed_file',
+           'episode_records', 'Scene', 'render', 'Script', 'make_script', 'goal_options', 'MiniMMEEnv', 'patchify',
            'memoryless_conflicts', 'even_sampling_indices', 'TokenDropBuffer', 'TTTMemory', 'RMTMemory', 'tokenize',
            'pool_tokens', 'Block', 'TinyVLA', 'make_variant', 'FrameBank', 'memory_inputs', 'Demos', 'collect_demos',
-           'train_policy', 'SubgoalPredictor', 'evaluate', 'summarize', 'RealRoboMMEHarness', 'H5DemoReader']
+           'train_policy', 'SubgoalPredictor', 'evaluate', 'summarize', 'run_seed', 'run_study', 'RealRoboMMEHarness',
+           'H5Episode', 'H5DemoReader', 'grid_frame', 'h5_demos']
 
 # %% ../nbs/18_robomme.ipynb #405129f6
 TASKS = {"Counting":   ["BinFill", "PickXtimes", "SwingXtimes", "StopCube"],
@@ -40,6 +42,7 @@ TASK_LIST = [t for ts in TASKS.values() for t in ts]
 SUITE_OF = {t: s for s, ts in TASKS.items() for t in ts}
 VERBS = ["pick", "place", "press", "push_gripper", "push_peg", "move", "wait"]
 DIFFICULTIES = ["easy", "medium", "hard"]
+DIFFICULTY_CYCLE = ["easy", "easy", "medium", "hard"]  # episode k of the official seed files: k % 4
 SPLITS = {"train": range(0, 100), "val": range(1000, 1050), "test": range(2000, 2050)}
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (50, 80, 220),
            "yellow": (230, 200, 30), "purple": (150, 60, 180), "orange": (240, 130, 20)}
@@ -52,7 +55,7 @@ def check_task(task:str)->str:
     return task
 
 def split_seeds(split:str)->list[int]:
-    "Environment seeds of a split: train 0-99, val 1000-1049, test 2000-2049 (per task)."
+    "Environment seeds of MiniMME's built-in split: train 0-99, val 1000-1049, test 2000-2049."
     if split not in SPLITS: raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
     return list(SPLITS[split])
 
@@ -62,9 +65,54 @@ def seed_split(seed:int)->str:
         if seed in r: return k
     raise ValueError(f"seed {seed} is in no split; train 0-99, val 1000-1049, test 2000-2049")
 
-def difficulty_of(seed:int)->str: return DIFFICULTIES[seed % 3]
+def difficulty_of(seed:int)->str:
+    "Difficulty of a seed in the built-in seed table: the official files' cycle over episodes."
+    return DIFFICULTY_CYCLE[SPLITS[seed_split(seed)].index(seed) % len(DIFFICULTY_CYCLE)]
 
-# %% ../nbs/18_robomme.ipynb #ba7d4fc4
+# %% ../nbs/18_robomme.ipynb #4f1a4021
+def seed_file_path(metadata_dir:str|Path, task:str, split:str)->Path:
+    "A seed file's place: `<metadata_dir>/<split>/record_dataset_<Task>_metadata.json`."
+    return Path(metadata_dir)/split/f"record_dataset_{check_task(task)}_metadata.json"
+
+def read_seed_file(path:str|Path)->list[dict]:
+    "The records (task, episode, seed, difficulty) of one seed file in the benchmark's format."
+    d = json.loads(Path(path).read_text())
+    recs = d.get("records") if isinstance(d, dict) else None
+    if not isinstance(recs, list) or not recs: raise ValueError(f"{path}: no 'records' list")
+    for r in recs:
+        if not {"task", "episode", "seed", "difficulty"} <= set(r):
+            raise ValueError(f"{path}: a record needs task, episode, seed and difficulty, got {r}")
+        if r["difficulty"] not in DIFFICULTIES:
+            raise ValueError(f"{path}: difficulty must be one of {DIFFICULTIES}, "
+                             f"got {r['difficulty']!r}")
+        if r["task"] != d.get("env_id", r["task"]):
+            raise ValueError(f"{path}: record of task {r['task']!r} in the file of {d['env_id']!r}")
+    return sorted(recs, key=lambda r: r["episode"])
+
+def write_seed_file(path:str|Path, records:Sequence[dict])->Path:
+    "Write records in the benchmark's seed-file format (env_id, record_count, records)."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    recs = [dict(task=r["task"], episode=int(r["episode"]), seed=int(r["seed"]),
+                 difficulty=r["difficulty"]) for r in records]
+    path.write_text(json.dumps(dict(env_id=recs[0]["task"], record_count=len(recs), records=recs),
+                               indent=2))
+    return path
+
+def episode_records(task:str,                   # one of the 16 task names
+                    split:str="test",           # "train", "val" or "test"
+                    metadata_dir:str|Path|None=None, # folder of seed files; None: built-in table
+                   )->list[dict]:
+    "A split's episodes (task, episode, seed, difficulty): the seed file's, or the built-in table's."
+    check_task(task)
+    if metadata_dir is not None:
+        p = seed_file_path(metadata_dir, task, split)
+        if not p.exists(): raise FileNotFoundError(f"no seed file {p} (the benchmark's "
+                                                   "env_metadata/<split>/ layout)")
+        return read_seed_file(p)
+    return [dict(task=task, episode=k, seed=s, difficulty=difficulty_of(s))
+            for k, s in enumerate(split_seeds(split))]
+
+# %% ../nbs/18_robomme.ipynb #d108b73f
 @dataclass
 class Scene:
     "What is on the table at one instant (cells are 0..G*G-1, row-major)."
@@ -124,7 +172,7 @@ def render(scene:Scene, px:int=4)->np.ndarray:
     img[r, cc][0, 0] = (0, 0, 0)                                  # the gripper mark
     return img.transpose(0, 2, 1, 3, 4).reshape(G*px, G*px, 3)
 
-# %% ../nbs/18_robomme.ipynb #2f6e6ba2
+# %% ../nbs/18_robomme.ipynb #a1ad9417
 @dataclass
 class Script:
     ("One episode as the oracle plays it: the conditioning video, then a scene before each oracle "
@@ -138,8 +186,8 @@ class Script:
     grounded: list                 # grounded subgoal (with the cell) before each action
     answer: object = None          # the hidden answer the video (or the history) carries
     strict: bool = False           # True: every deviation fails (time flows by itself, StopCube)
-    @property
-    def difficulty(self)->str: return difficulty_of(self.seed)
+    difficulty: str = "easy"       # from the seed file (or the built-in table)
+    free: dict|None = None         # where the goal leaves a choice, from action free["start"] on
 
 class _B:
     "Builder: film video frames and record oracle steps."
@@ -150,15 +198,16 @@ class _B:
         self.actions = []
         self.simple = []
         self.grounded = []
+        self.free = None
     def film(self, scene=None): self.video.append((scene or self.s).copy())
     def act(self, verb, cell, sg, new):
         self.scenes.append(self.s.copy())
         self.actions.append((verb, int(cell)))
         self.simple.append(sg)
         self.grounded.append(f"{sg} at {int(cell)//G} {int(cell)%G}"); self.s = new
-    def done(self, task, seed, goal, answer=None, strict=False):
+    def done(self, task, seed, goal, answer=None, strict=False, difficulty="easy"):
         return Script(task, seed, goal, self.video, self.scenes + [self.s.copy()], self.actions,
-                      self.simple, self.grounded, answer, strict)
+                      self.simple, self.grounded, answer, strict, difficulty, self.free)
 
 def _pick(s, c, keep=False):
     "Scene after picking the item at `c` (cube, or container when `keep` is 'container')."
@@ -183,7 +232,7 @@ def _swap_frames(b, items, a, c, free):
         else: items_of.discard(src); items_of.add(dst)
         yield s
 
-# %% ../nbs/18_robomme.ipynb #964949d8
+# %% ../nbs/18_robomme.ipynb #61199635
 def _binfill(rng, d):
     ncol = d + 1; cols = _cols(rng, ncol); lo, hi = [(1, 2), (1, 3), (2, 3)][d]
     want = {c: int(rng.integers(lo, hi + 1)) for c in cols}
@@ -191,6 +240,7 @@ def _binfill(rng, d):
     cells = _cells(rng, sum(have.values()) + 2); binc, btn = cells[:2]; it = iter(cells[2:])
     s = Scene(cubes={next(it): c for c in cols for _ in range(have[c])}, bins={binc}, buttons={btn})
     b = _B(s); b.film()
+    b.free = dict(kind="binfill", start=0, want=dict(want), order=list(cols), bin=binc, btn=btn)
     for c in cols:
         for _ in range(want[c]):
             src = min(k for k, v in b.s.cubes.items() if v == c)
@@ -225,6 +275,7 @@ def _swingx(rng, d):
     for _ in range(n):
         b.act("move", R, "swing to the right target", b.s.copy(cursor=R))
         b.act("move", L, "swing to the left target", b.s.copy(cursor=L))
+    b.free = dict(kind="putdown", start=len(b.actions), home=home, btn=btn)  # put down anywhere
     b.act("place", home, "put the cube down", _place(b.s, home))
     b.act("press", btn, "press the button", b.s.copy(cursor=btn))
     return b, [f"swing the {cols[0]} cube from the right target to the left target {_num(n)} "
@@ -247,7 +298,7 @@ def _stopcube(rng, d):
                f"{['', 'first', 'second', 'third', 'fourth', 'fifth'][k]} time",
                f"stop the cube on its visit number {_num(k)} to the target"], k
 
-# %% ../nbs/18_robomme.ipynb #28b88d37
+# %% ../nbs/18_robomme.ipynb #955252f1
 def _unmask(rng, d, video:bool, swaps:bool):
     n = [[3, 4, 5], [3, 4, 4]][swaps][d]
     npick = [[1, 1, 2], [int(rng.integers(1, 3)), 1, 2]][swaps][d]
@@ -273,6 +324,8 @@ def _unmask(rng, d, video:bool, swaps:bool):
     goal_cols = [str(c) for c in rng.choice(cols, npick, replace=False)]
     hidden = {where[c]: c for c in cols}  # the cubes moved with their containers
     b.s = b.s.copy(cubes=hidden)
+    b.free = dict(kind="lift", start=len(b.actions), cells=[where[c] for c in goal_cols],
+                  names=goal_cols)  # the named containers, in any order
     for c in goal_cols:
         n_ = b.s.copy(cursor=where[c]); n_.containers.discard(where[c])
         b.act("pick", where[c], f"lift the container hiding the {c} cube", n_)
@@ -291,6 +344,7 @@ def _pickhighlight(rng, d):
     b.act("press", btn, "press the button", s.copy(cursor=btn, highlight=set(hl)))
     b.act("wait", 0, "watch the highlight", b.s.copy())
     b.act("wait", 0, "watch the highlight", b.s.copy(highlight=set()))
+    b.free = dict(kind="pickhl", start=len(b.actions), cells=hl, names=["highlighted"]*len(hl))
     for c in hl:
         n_ = b.s.copy(cursor=c); n_.cubes.pop(c); b.act("pick", c, "pick up a highlighted cube", n_)
     return b, ["press the button then pick up the highlighted cubes",
@@ -352,7 +406,7 @@ def _videoplace(rng, d, order:bool):
     b.act("place", ans, "put it on the remembered target", _place(b.s, ans))
     return b, goal, ans
 
-# %% ../nbs/18_robomme.ipynb #a8971f15
+# %% ../nbs/18_robomme.ipynb #742c9e4e
 def _movecube(rng, d):
     m = int(rng.integers(0, 3)); dist = [2, 3, 4][d]  # manner: 0 peg push, 1 gripper push, 2 grasp
     r, c0 = int(rng.integers(0, G)), int(rng.integers(1, G - dist))
@@ -442,7 +496,7 @@ def _routestick(rng, d):
     return b, ["follow the route around the sticks shown in the video",
                "go around the sticks the way the video did"], side
 
-# %% ../nbs/18_robomme.ipynb #81e264e3
+# %% ../nbs/18_robomme.ipynb #a907a176
 _GEN = {"BinFill": _binfill, "PickXtimes": _pickx, "SwingXtimes": _swingx, "StopCube": _stopcube,
         "VideoUnmask": lambda r, d: _unmask(r, d, True, False), "VideoUnmaskSwap": lambda r,
         d: _unmask(r, d, True, True),
@@ -454,25 +508,70 @@ _GEN = {"BinFill": _binfill, "PickXtimes": _pickx, "SwingXtimes": _swingx, "Stop
         "MoveCube": _movecube, "InsertPeg": _insertpeg, "PatternLock": _patternlock,
         "RouteStick": _routestick}
 
-def make_script(task:str, # one of the 16 task names
-                seed:int, # environment seed; difficulty is seed % 3
+def make_script(task:str,            # one of the 16 task names
+                seed:int,            # environment seed (>= 0)
+                difficulty:str|None=None, # from the seed file; None: the built-in table's
                )->Script:
-    ("Generate one MiniMME episode (conditioning video, oracle actions and subgoals) from `task` "
-     "and `seed`.")
-    check_task(task); seed_split(seed)
-    rng = np.random.default_rng([seed, TASK_LIST.index(task)])
-    b, goal, ans = _GEN[task](rng, seed % 3)
-    return b.done(task, seed, goal, ans, strict=task == "StopCube")
+    ("Generate one MiniMME episode (conditioning video, oracle actions and subgoals) from `task`, "
+     "`seed` and `difficulty`.")
+    check_task(task)
+    if difficulty is None: difficulty = difficulty_of(seed)
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    rng = np.random.default_rng([int(seed), TASK_LIST.index(task)])
+    b, goal, ans = _GEN[task](rng, DIFFICULTIES.index(difficulty))
+    return b.done(task, int(seed), goal, ans, strict=task == "StopCube", difficulty=difficulty)
 
-# %% ../nbs/18_robomme.ipynb #c4cb2801
+# %% ../nbs/18_robomme.ipynb #f6a999ff
+def goal_options(sc:Script,   # the episode
+                 t:int,       # actions taken that advanced the goal
+                 s:Scene,     # the current scene
+                 done:tuple,  # progress inside the free part (items taken, colours binned)
+                )->list[tuple]: # (action, scene after, progress after, simple subgoal)
+    "Every action that keeps the goal reachable, with its effect, the oracle's first; [] if done."
+    fr = sc.free
+    if fr is None or t < fr["start"]:                                 # the goal fixes the action
+        if t >= len(sc.actions): return []
+        return [(sc.actions[t], sc.scenes[t + 1], done, sc.simple[t])]
+    k, out = fr["kind"], []
+    if k in ("lift", "pickhl"):                                        # the named items, any order
+        for c, name in zip(fr["cells"], fr["names"]):
+            if c in done: continue
+            n = s.copy(cursor=c)
+            if k == "lift":
+                n.containers.discard(c); sg = f"lift the container hiding the {name} cube"
+            else: n.cubes.pop(c, None); sg = "pick up a highlighted cube"
+            out.append((("pick", c), n, done + (c,), sg))
+        return out
+    if "press" in done: return []
+    press = (("press", fr["btn"]), s.copy(cursor=fr["btn"]), done + ("press",), "press the button")
+    if k == "binfill":                                   # any cube of a colour still needed
+        if s.held is not None:
+            return [(("place", fr["bin"]), _place(s, fr["bin"]), done + (s.held,),
+                     "put the cube in the bin")]
+        left = {col: fr["want"][col] - done.count(col) for col in fr["order"]}
+        if not any(left.values()): return [press]
+        return [(("pick", c), _pick(s, c), done, f"pick up a {col} cube") for col in fr["order"]
+                if left[col] > 0 for c in sorted(s.cubes) if s.cubes[c] == col]
+    if k == "putdown":                                   # put the cube down on any free cell
+        if s.held is None: return [press]
+        free = [c for c in range(G*G)
+                if c not in s.cubes and c not in s.buttons and c != fr["home"]]
+        return [(("place", c), _place(s, c), done, "put the cube down")
+                for c in [fr["home"]] + free]
+    raise ValueError(f"unknown free part {k!r}")
+
 class MiniMMEEnv:
     ("A MiniMME episode with RoboMME's interface: list observations, `task_goal`, online subgoals "
      "and `status`.")
-    def __init__(self, task:str, seed:int, grid:int=8, px_per_cell:int=4):
+    def __init__(self, task:str, seed:int, grid:int=8, px_per_cell:int=4,
+                 difficulty:str|None=None): # from the seed file; None: the built-in table's
         if grid != G: raise ValueError(f"MiniMME tables are {G}x{G}; grid={grid} is not supported")
         if not isinstance(px_per_cell, int) or px_per_cell < 2:
             raise ValueError(f"px_per_cell must be an int >= 2, got {px_per_cell!r}")
-        self.script, self.px = make_script(task, seed), px_per_cell
+        self.script, self.px = make_script(task, seed, difficulty), px_per_cell
         self.task, self.seed, self.max_steps = task, seed, 2*len(self.script.actions) + 5
     @property
     def difficulty(self)->str: return self.script.difficulty
@@ -480,43 +579,46 @@ class MiniMMEEnv:
         return {"front_rgb_list": [render(s, self.px) for s in scenes],
                 "state_list": [np.array([s.cursor, s.held is not None]) for s in scenes],
                 "is_video_demo": list(video)}
+    def _options(self): return goal_options(self.script, self.t, self.scene, self.done)
     def _info(self):
-        sc, t = self.script, min(self.t, len(self.script.actions) - 1)
-        return {"task_goal": list(sc.goal), "simple_subgoal_online": sc.simple[t],
-                "grounded_subgoal_online": sc.grounded[t],
+        opts = self._options()
+        if opts:
+            (_, cell), sg = opts[0][0], opts[0][3]; self._sg = (sg, f"{sg} at {cell//G} {cell%G}")
+        return {"task_goal": list(self.script.goal), "simple_subgoal_online": self._sg[0],
+                "grounded_subgoal_online": self._sg[1],
                 "status": self.status, "difficulty": self.difficulty}
     def reset(self)->tuple[dict, dict]:
         "Observation lists holding the conditioning video and the first frame, and the info dict."
         self.t, self.k, self.status = 0, 0, "ongoing"
         sc = self.script
+        self.scene, self.done = sc.scenes[0], ()
         info = self._info(); info["is_video_demo"] = [True]*len(sc.video) + [False]
-        return self._obs(sc.video + [sc.scenes[0]], info["is_video_demo"]), info
+        return self._obs(sc.video + [self.scene], info["is_video_demo"]), info
     def oracle_action(self)->tuple[str, int]:
-        "The scripted oracle's next action."
-        return self.script.actions[self.t]
+        "The scripted oracle's next action (the first goal option)."
+        return self._options()[0][0]
     def step(self, action:tuple[str, int])->tuple[dict, float, bool, bool, dict]:
-        ("Apply `(verb, cell)`: the oracle's action advances, a wrong action on an occupied cell "
-         "fails, others are no-ops.")
+        ("Apply `(verb, cell)`: a goal option advances, another action on an occupied cell fails, "
+         "others are no-ops.")
         verb, cell = action
-        if verb not in VERBS or not 0 <= int(cell) < G*G: raise ValueError("action must be "
-                                                                           "(verb, cell) with "
-                                                                           f"verb in {VERBS} and "
-                                                                           f"0 <= cell < {G*G}, "
-                                                                           f"got {action!r}")
+        if verb not in VERBS or not 0 <= int(cell) < G*G:
+            raise ValueError(f"action must be (verb, cell) with verb in {VERBS} and 0 <= cell < "
+                             f"{G*G}, got {action!r}")
         if self.status != "ongoing":
             raise RuntimeError(f"episode is over (status {self.status!r}); call reset()")
-        sc, self.k = self.script, self.k + 1
-        if (verb, int(cell)) == sc.actions[self.t]:
-            self.t += 1
-            if self.t == len(sc.actions): self.status = "success"
-        elif sc.strict or (verb != "wait" and int(cell) in sc.scenes[self.t].occupied()):
+        a, self.k = (verb, int(cell)), self.k + 1
+        hit = [o for o in self._options() if o[0] == a]
+        if hit:                                                        # the goal advances
+            _, self.scene, self.done, _ = hit[0]; self.t += 1
+            if not self._options(): self.status = "success"            # nothing left to do
+        elif self.script.strict or (verb != "wait" and int(cell) in self.scene.occupied()):
             self.status = "fail"
         if self.status == "ongoing" and self.k >= self.max_steps: self.status = "timeout"
         done = self.status in ("success", "fail")
-        obs, reward = self._obs([sc.scenes[self.t]], [False]), float(self.status == "success")
+        obs, reward = self._obs([self.scene], [False]), float(self.status == "success")
         return obs, reward, done, self.status == "timeout", self._info()
 
-# %% ../nbs/18_robomme.ipynb #b55ca824
+# %% ../nbs/18_robomme.ipynb #a5ba335d
 def patchify(img:np.ndarray, # (G*px, G*px, 3) uint8 frame
             )->np.ndarray:   # (G*G, px*px*3) uint8: one token per cell, row-major
     "Cut a frame into its G x G cell patches (the 8x8 tokens)."
@@ -539,7 +641,7 @@ def memoryless_conflicts(scripts:Sequence[Script], # oracle episodes (one or mor
             "conflict_rate": float(np.mean([len(g) > 1 for g in groups.values()])),
             "bayes_acc": sum(max(g.values()) for g in groups.values()) / n}
 
-# %% ../nbs/18_robomme.ipynb #db553b0b
+# %% ../nbs/18_robomme.ipynb #b58c0882
 def even_sampling_indices(step_idx:int,   # index t of the current frame
                           max_frames:int, # M = budget / tokens per frame
                          )->list[int]:
@@ -550,7 +652,7 @@ def even_sampling_indices(step_idx:int,   # index t of the current frame
     if step_idx < max_frames: return list(range(step_idx + 1))
     return np.linspace(0, step_idx, max_frames).astype(int).tolist()
 
-# %% ../nbs/18_robomme.ipynb #c02b4394
+# %% ../nbs/18_robomme.ipynb #3fad976f
 class TokenDropBuffer:
     ("The repository's token-drop memory: patches scored by pixel change every `stride` steps, the "
      "top `capacity` kept in a heap.")
@@ -575,7 +677,7 @@ class TokenDropBuffer:
         kept = sorted((s, p) for _, s, p in self.heap if s <= step)
         return kept[-budget:] if budget > 0 else []
 
-# %% ../nbs/18_robomme.ipynb #0d7bfc9c
+# %% ../nbs/18_robomme.ipynb #3d34dd26
 class TTTMemory(nn.Module):
     ("Linear test-time-training memory: per frame $W \\leftarrow W - \\eta \\nabla_W \\lVert W k - "
      "v\\rVert^2$, read out by learned queries.")
@@ -624,7 +726,7 @@ class RMTMemory(nn.Module):
         return self.layer(torch.cat([m, x], 1))[:, :m.shape[1]]
     def read(self, m:Tensor)->Tensor: return m
 
-# %% ../nbs/18_robomme.ipynb #d651b74b
+# %% ../nbs/18_robomme.ipynb #a0120536
 N_WORDS, L_GOAL, L_SG = 512, 24, 12
 def tokenize(text:str, length:int)->list[int]:
     "Word-level token ids (hashed into 511 buckets, 0 is padding), truncated or padded to `length`."
@@ -654,19 +756,21 @@ class Block(nn.Module):
             h = h * (1 + film[0][:, None]) + film[1][:, None]  # adaptive RMSNorm: x(1+scale)+shift
         return x + self.ff(h)
 
-# %% ../nbs/18_robomme.ipynb #777366c2
+# %% ../nbs/18_robomme.ipynb #75c65721
 REPRESENTATIONS = ["FrameSamp", "TokenDrop", "TTT", "RMT"]
 INTEGRATIONS = ["Context", "Modul", "Expert"]
 SYMBOLIC = {"SimpleSG": "simple", "GroundSG": "grounded"}
 POLICIES = (["none"] + [f"{r}+{i}" for r in REPRESENTATIONS for i in INTEGRATIONS] + list(SYMBOLIC)
             + [f"{s} (oracle)" for s in SYMBOLIC])
+SHORTCUTS = ["none+clock"]  # the memoryless policy told the step index t: counts, remembers nothing
 
 class TinyVLA(nn.Module):
     ("A small transformer policy over [goal, subgoal, state, current frame, ACT] with one memory "
      "representation and integration.")
     def __init__(self, memory:str="none", integration:str|None=None, budget:int=128, d:int=64,
                  layers:int=2, heads:int=4,
-                 symbolic:str|None=None, heads_out:dict|None=None, token_dim:int=48):
+                 symbolic:str|None=None, heads_out:dict|None=None, token_dim:int=48,
+                 clock:bool=False): # True: the state token also embeds the step index t
         super().__init__()
         if memory not in ["none"] + REPRESENTATIONS:
             raise ValueError(f"memory must be 'none' or one of {REPRESENTATIONS}, got {memory!r}")
@@ -681,6 +785,7 @@ class TinyVLA(nn.Module):
         self.integration = integration
         self.budget = budget
         self.symbolic = symbolic
+        self.clock = clock
         self.d = d
         self.n_frames = budget // 16  # M = B / 16 pooled frames (FrameSamp, TTT, RMT window)
         self.word = nn.Embedding(N_WORDS, d, padding_idx=0)
@@ -688,6 +793,7 @@ class TinyVLA(nn.Module):
         self.patch = nn.Linear(token_dim, d)
         self.cell_emb = nn.Embedding(G*G, d)
         self.held_emb = nn.Embedding(2, d)
+        if clock: self.clock_emb = nn.Embedding(128, d)
         self.act, self.ptr = nn.Parameter(torch.randn(d) * 0.02), nn.Linear(d, d)
         self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.norm = nn.RMSNorm(d)
@@ -711,9 +817,9 @@ class TinyVLA(nn.Module):
 
     def extra_repr(self):
         return (f"memory={self.memory}, integration={self.integration}, budget={self.budget}, "
-                f"symbolic={self.symbolic}")
+                f"symbolic={self.symbolic}, clock={self.clock}")
 
-# %% ../nbs/18_robomme.ipynb #da0dae85
+# %% ../nbs/18_robomme.ipynb #a2200f2e
 @patch
 def memory_tokens(self:TinyVLA, b:dict)->tuple[Tensor, Tensor]:
     "Memory tokens (B, K, d) and their padding mask (True = empty) from a batch's memory inputs."
@@ -732,8 +838,9 @@ def forward(self:TinyVLA, b:dict, zero_film:bool=False)->dict:
     "Logits of each head, read at the ACT token."
     goal = b["goal"] if self.symbolic is None else torch.cat([b["goal"], b["sg"]], 1)
     B, Lg = goal.shape
-    tok = torch.cat([self.word(goal),
-                     (self.cell_emb(b["state"][:, 0]) + self.held_emb(b["state"][:, 1]))[:, None],
+    st = self.cell_emb(b["state"][:, 0]) + self.held_emb(b["state"][:, 1])
+    if self.clock: st = st + self.clock_emb(b["t"].clamp(max=127))     # the shortcut's step counter
+    tok = torch.cat([self.word(goal), st[:, None],
                      self.patch(b["cur"]), self.act.expand(B, 1, -1)], 1)
     tok = tok + self.pos(torch.arange(tok.shape[1], device=tok.device))[None]
     pad = torch.cat(
@@ -763,21 +870,23 @@ def forward(self:TinyVLA, b:dict, zero_film:bool=False)->dict:
                                                  self.norm(x[:, Lg + 1:Lg + 65])) / self.d**0.5
     return out
 
-# %% ../nbs/18_robomme.ipynb #3f01a031
-def make_variant(name:str, # one of POLICIES, e.g. "FrameSamp+Modul", "GroundSG (oracle)", "none"
+# %% ../nbs/18_robomme.ipynb #bcb6570c
+def make_variant(name:str, # one of POLICIES or SHORTCUTS, e.g. "FrameSamp+Modul", "none+clock"
                  seed:int=0, # model seed of the initialisation
                  **kw,     # TinyVLA sizes: budget, d, layers, heads
                 )->TinyVLA:
     "Build the policy named `name` (the learned/oracle subgoal source is chosen at evaluation)."
-    if name not in POLICIES: raise ValueError(f"unknown policy {name!r}; choose one of {POLICIES}")
+    if name not in POLICIES + SHORTCUTS:
+        raise ValueError(f"unknown policy {name!r}; choose one of {POLICIES + SHORTCUTS}")
     torch.manual_seed(seed)
     if name == "none": return TinyVLA(**kw)
+    if name == "none+clock": return TinyVLA(clock=True, **kw)
     base = name.split(" ")[0]
     if base in SYMBOLIC: return TinyVLA(symbolic=SYMBOLIC[base], **kw)
     r, i = name.split("+")
     return TinyVLA(memory=r, integration=i, **kw)
 
-# %% ../nbs/18_robomme.ipynb #b60d2d37
+# %% ../nbs/18_robomme.ipynb #cfd981a7
 class FrameBank:
     ("Every frame seen, as cell tokens (uint8) and 4x4-pooled tokens (float), addressed by index; "
      "grows as needed.")
@@ -838,7 +947,7 @@ def _drops(bank_tok, seq, stride=2):
         out.append(np.asarray(buf.select(f, 10**6), np.int64).reshape(-1, 2))
     return out
 
-# %% ../nbs/18_robomme.ipynb #cc7bb07f
+# %% ../nbs/18_robomme.ipynb #904e0a2b
 @dataclass
 class Demos:
     "Oracle demonstrations flattened into training samples over one frame bank."
@@ -849,11 +958,14 @@ class Demos:
     state: np.ndarray
     cur: np.ndarray
     seqs: list; drops: list; verb: np.ndarray; cell: np.ndarray; simple: list; grounded: list
+    lengths: list = field(default_factory=list)   # samples per episode, in order
+    t: np.ndarray|None = None                     # each sample's step index in its episode
     def __len__(self): return len(self.cur)
 
 def collect_demos(tasks:Sequence[str],  # task names
                   split:str="train",     # "train", "val" or "test"
                   n_per_task:int=100,    # episodes per task (the first seeds of the split)
+                  metadata_dir:str|Path|None=None, # folder of seed files; None: the built-in table
                  )->Demos:
     ("Run the scripted oracle on `n_per_task` seeds of each task and keep every step as a training "
      "sample.")
@@ -863,8 +975,8 @@ def collect_demos(tasks:Sequence[str],  # task names
                                                            f"got {n_per_task}")
     bank, rows, scripts = FrameBank(), defaultdict(list), []
     for task in tasks:
-        for seed in seeds[:n_per_task]:
-            sc = make_script(task, seed); scripts.append(sc)
+        for r in episode_records(task, split, metadata_dir)[:n_per_task]:
+            sc = make_script(task, r["seed"], r["difficulty"]); scripts.append(sc)
             seq = [bank.add(render(s)) for s in sc.video]
             for t, (s, a) in enumerate(zip(sc.scenes, sc.actions)):
                 seq = seq + [bank.add(render(s))]
@@ -876,32 +988,33 @@ def collect_demos(tasks:Sequence[str],  # task names
                 rows["cur"].append(seq[-1])
                 rows["seqs"].append(seq)
                 rows["verb"].append(VERBS.index(a[0]))
-                rows["cell"].append(a[1])
+                rows["cell"].append(a[1]); rows["t"].append(t)
     tok, pooled, drops = bank.tok[:bank.n], bank.pooled[:bank.n], [None]*len(rows["cur"])
     arr = {k: np.asarray(rows[k]) for k in ("goal", "sg_simple", "sg_grounded", "state", "cur",
-                                            "verb", "cell")}
+                                            "verb", "cell", "t")}
     return Demos(scripts, tok, pooled, seqs=rows["seqs"], drops=drops, simple=rows["simple"],
-                 grounded=rows["grounded"], **arr)
+                 grounded=rows["grounded"], lengths=[len(sc.actions) for sc in scripts], **arr)
 
 def _batch(policy, d:Demos, ix, device, sg=None)->dict:
     b = {
         "goal": d.goal[ix], "state": d.state[ix], "cur": d.tok[d.cur[ix]].astype(np.float32) / 255.
     }
+    if policy.clock: b["t"] = d.t[ix]
     if policy.symbolic:
         b["sg"] = (d.sg_simple if policy.symbolic == "simple" else d.sg_grounded)[ix]
     if policy.memory != "none":
         # once per demo set: replay each episode through the buffer
         if policy.memory == "TokenDrop" and d.drops[0] is None:
             i = 0
-            for sc in d.scripts:
-                n = len(sc.actions); full = _drops(d.tok, d.seqs[i + n - 1])
+            for n in d.lengths:
+                full = _drops(d.tok, d.seqs[i + n - 1])
                 for j in range(n): d.drops[i + j] = full[len(d.seqs[i + j]) - 1]
                 i += n
         b.update(memory_inputs(policy, [d.seqs[i] for i in ix], d.tok, d.pooled,
                                [d.drops[i] for i in ix] if policy.memory == "TokenDrop" else None))
     return {k: torch.as_tensor(np.ascontiguousarray(v)).to(device) for k, v in b.items()}
 
-# %% ../nbs/18_robomme.ipynb #c351ea0b
+# %% ../nbs/18_robomme.ipynb #81554d18
 def train_policy(policy:TinyVLA,   # the policy (or a subgoal predictor: heads simple, grounded)
                  demos:Demos,      # oracle demonstrations
                  steps:int,        # optimizer steps
@@ -910,9 +1023,12 @@ def train_policy(policy:TinyVLA,   # the policy (or a subgoal predictor: heads s
                  seed:int=0,       # model seed: initialisation and batch order
                  device:str="cpu",
                  targets:dict|None=None, # head -> (n,) int labels; default: oracle's verb and cell
-                 show_progress:bool=False)->TinyVLA:
-    ("Behaviour cloning: cross-entropy of each head on the oracle's labels, one multi-task "
-     "checkpoint.")
+                 show_progress:bool=False,
+                 warmup:int=100,         # steps of linear warm-up, then lr * sqrt(warmup / step)
+                 at:Sequence[int]=(),    # steps after which `on_step(step, policy)` is called
+                 on_step:Callable|None=None)->TinyVLA:
+    ("Behaviour cloning: cross-entropy of each head on the oracle's labels; the rate schedule does "
+     "not depend on `steps`, so the policy after k steps is the k-step budget's.")
     if steps < 1 or batch < 1:
         raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
     torch.manual_seed(seed)
@@ -920,22 +1036,24 @@ def train_policy(policy:TinyVLA,   # the policy (or a subgoal predictor: heads s
     targets = targets or {"verb": demos.verb, "cell": demos.cell}
     policy.to(device).train()
     opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps, pct_start=0.1)
-    for _ in progress(range(steps),
+    for step in progress(range(1, steps + 1),
                       desc=f"train {policy.memory}/{policy.integration}/{policy.symbolic}",
                       disable=not show_progress):
         ix = rng.integers(0, len(demos), batch)
         out = policy(_batch(policy, demos, ix, device))
         loss = sum(F.cross_entropy(out[k], torch.as_tensor(v[ix], device=device))
                    for k, v in targets.items())
+        for g in opt.param_groups:                        # warm-up, then inverse square root
+            g["lr"] = lr * min(step / max(warmup, 1), math.sqrt(max(warmup, 1) / step))
         opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         opt.step()
-        sched.step()
+        if step in at and on_step is not None:
+            on_step(step, policy.eval()); policy.train()
     return policy.eval()
 
-# %% ../nbs/18_robomme.ipynb #e0e10828
+# %% ../nbs/18_robomme.ipynb #bfb00afc
 class SubgoalPredictor:
     ("The learned subgoal source: a FrameSamp+Context network classifying the next simple and "
      "grounded subgoal strings.")
@@ -962,19 +1080,23 @@ def evaluate(policy:TinyVLA,          # a trained policy
              model_seed:int=0,        # recorded in the table
              name:str|None=None,      # policy name in the table
              subgoals:str|SubgoalPredictor|None=None, # symbolic: "oracle" or a SubgoalPredictor
-             device:str="cpu")->pd.DataFrame:
+             device:str="cpu",
+             metadata_dir:str|Path|None=None, # folder of seed files; None: the built-in table
+            )->pd.DataFrame:
     "Greedy roll-outs of all episodes in one batch; one row per episode with its success."
     if policy.symbolic and subgoals is None:
         raise ValueError("a symbolic policy needs subgoals='oracle' or a SubgoalPredictor")
     seeds = split_seeds(split)
     if not 1 <= n_per_task <= len(seeds):
         raise ValueError(f"n_per_task must be in 1..{len(seeds)}, got {n_per_task}")
-    envs = [MiniMMEEnv(check_task(t), s) for t in tasks for s in seeds[:n_per_task]]
-    bank, seqs, infos, states, bufs, drops = FrameBank(4096), [], [], [], [], []
+    envs = [MiniMMEEnv(check_task(t), r["seed"], difficulty=r["difficulty"])
+            for t in tasks for r in episode_records(t, split, metadata_dir)[:n_per_task]]
+    bank, seqs, infos, states, bufs, n_video = FrameBank(4096), [], [], [], [], []
     use_drop = policy.memory == "TokenDrop"
     for e in envs:
         obs, info = e.reset()
         seqs.append([bank.add(f) for f in obs["front_rgb_list"]])
+        n_video.append(len(seqs[-1]) - 1)
         infos.append(info)
         states.append(obs["state_list"][-1])
         if use_drop:
@@ -987,6 +1109,7 @@ def evaluate(policy:TinyVLA,          # a trained policy
         b = {"goal": np.array([tokenize(infos[i]["task_goal"][0], L_GOAL) for i in active]),
              "state": np.array([states[i] for i in active]).astype(np.int64),
              "cur": bank.tok[[seqs[i][-1] for i in active]].astype(np.float32) / 255.}
+        if policy.clock: b["t"] = np.array([len(seqs[i]) - 1 - n_video[i] for i in active])
         if policy.memory != "none":
             b.update(memory_inputs(policy, [seqs[i] for i in active], bank.tok, bank.pooled, dr))
         tb = {k: torch.as_tensor(np.ascontiguousarray(v)).to(device) for k, v in b.items()}
@@ -1014,7 +1137,7 @@ def evaluate(policy:TinyVLA,          # a trained policy
                               suite=SUITE_OF[e.task], seed=e.seed, difficulty=e.difficulty,
                               success=float(e.status == "success"), status=e.status) for e in envs])
 
-# %% ../nbs/18_robomme.ipynb #f0a87d91
+# %% ../nbs/18_robomme.ipynb #a2cf45af
 def summarize(df:pd.DataFrame, # rows with policy, model_seed, task, success (as `evaluate` returns)
              )->pd.DataFrame:
     ("Success per task, per suite (mean of its tasks) and overall (mean of all tasks): mean and "
@@ -1040,7 +1163,52 @@ def summarize(df:pd.DataFrame, # rows with policy, model_seed, task, success (as
         ["policy", "name"], key=lambda c: c.map(order) if c.name == "name" else c
     ).reset_index(drop=True)
 
-# %% ../nbs/18_robomme.ipynb #6b41683c
+# %% ../nbs/18_robomme.ipynb #47e34f1d
+def run_seed(seed:int,              # model seed: initialisations and batch order of every policy
+             tasks:Sequence[str],   # tasks trained (one multi-task checkpoint) and tested
+             policies:Sequence[str], # names from POLICIES or SHORTCUTS
+             n_demos:int,           # oracle demonstrations per task (train split)
+             n_test:int,            # test episodes per task
+             budgets:Sequence[int], # training steps after which every policy is evaluated
+             batch:int, lr:float,   # samples per step, AdamW peak rate
+             arch:dict,             # TinyVLA sizes: d, layers, heads, budget
+             device:str="cpu",
+             metadata_dir:str|Path|None=None, # folder of seed files; None: the built-in table
+            )->tuple[pd.DataFrame, dict]: # rows (policy, budget, episode); CPU seconds per policy
+    "Train every policy from one model seed; evaluate it after each budget on the same episodes."
+    import time
+    demos, rows, secs = collect_demos(tasks, "train", n_demos, metadata_dir), [], {}
+    B = max(budgets)
+    predictor = None
+    if any(p in SYMBOLIC for p in policies):
+        t0 = time.process_time()
+        predictor = SubgoalPredictor(demos, seed=seed, **arch).fit(demos, B, batch, seed=seed,
+                                                                   device=device, lr=lr)
+        secs["subgoal predictor"] = time.process_time() - t0
+    for name in policies:
+        src = "oracle" if "oracle" in name else predictor if name in SYMBOLIC else None
+        def on_step(step, pol):
+            rows.append(evaluate(pol, tasks, "test", n_test, model_seed=seed, name=name,
+                                 subgoals=src, device=device, metadata_dir=metadata_dir)
+                        .assign(budget=step))
+        t0 = time.process_time()
+        train_policy(make_variant(name, seed=seed, **arch), demos, B, batch, lr=lr, seed=seed,
+                     device=device, at=sorted(set(budgets)), on_step=on_step)
+        secs[name] = time.process_time() - t0
+    return pd.concat(rows, ignore_index=True), secs
+
+def run_study(seeds:Sequence[int], # model seeds: the independent units
+              n_jobs:int=1,        # worker processes; 1 runs here
+              **kw,                # run_seed's other arguments
+             )->tuple[pd.DataFrame, pd.DataFrame]: # all rows; CPU seconds per (seed, policy)
+    "`run_seed` for every model seed, in `n_jobs` worker processes (one CPU thread each)."
+    from maspob_etal import robomme  # the installed function, as the workers import it
+    out = parallel_map(robomme.run_seed, [dict(seed=int(s), **kw) for s in seeds], n_jobs=n_jobs,
+                       threads=1, desc="model seeds")
+    return (pd.concat([o[0] for o in out], ignore_index=True),
+            pd.DataFrame([o[1] for o in out], index=list(seeds)))
+
+# %% ../nbs/18_robomme.ipynb #1cd0d157
 class RealRoboMMEHarness:
     ("Evaluate a policy on the real RoboMME benchmark with the loop of the repository's "
      "`scripts/evaluation.py`.")
@@ -1100,13 +1268,51 @@ class RealRoboMMEHarness:
         out["Avg"] = out.mean(axis=1)
         return (100 * out).round(2)
 
-# %% ../nbs/18_robomme.ipynb #44cdfae7
-H5_STEP_FIELDS = {"obs": ["front_rgb", "joint_state", "eef_state", "gripper_state"],
-                  "action": ["joint_action", "eef_action", "waypoint_action"],
-                  "info": ["simple_subgoal", "grounded_subgoal", "is_video_demo"]}
+# %% ../nbs/18_robomme.ipynb #20ab08b7
+H5_REQUIRED = {"obs": ["front_rgb"], "action": ["eef_action"], "info": ["is_video_demo"]}
+
+class _Opened:
+    "Open a file with `opener` for a `with` block, closing it afterwards when it can be closed."
+    def __init__(self, opener, path): self.f = opener(path)
+    def __enter__(self): return self.f
+    def __exit__(self, *a):
+        if hasattr(self.f, "close"): self.f.close()
+
+def _h5val(x):
+    "A dataset's value: numpy array, or str for bytes."
+    v = x[()] if hasattr(x, "shape") and not isinstance(x, np.ndarray) else x
+    if isinstance(v, np.ndarray) and v.dtype.kind in "SO" and v.size == 1: v = v.reshape(())[()]
+    return v.decode() if isinstance(v, bytes) else v
+
+def _ts_keys(ep)->list[str]:
+    return sorted((k for k in ep.keys() if k.startswith("timestep_")),
+                  key=lambda k: int(k.split("_")[1]))
+
+@dataclass
+class H5Episode:
+    "One released episode: its setup (read) and its timesteps (read from the file only when asked)."
+    path: Path; name: str; task: str
+    seed: int|None; difficulty: str|None; task_goal: str
+    n_steps: int                   # timesteps, video frames included
+    opener: Callable = field(repr=False, default=None)
+    def steps(self, fields:Sequence[str]|None=None):
+        "Yield each timestep as {field: value}, one at a time; `fields` limits what is read."
+        with _Opened(self.opener, self.path) as f:
+            ep = f[self.name]
+            for tk in _ts_keys(ep):
+                yield {n: _h5val(ep[tk][g][n]) for g in ("obs", "action", "info") if g in ep[tk]
+                       for n in ep[tk][g].keys() if fields is None or n in fields}
+    def frames(self, camera:str="front_rgb"):
+        "Yield the camera's frames one at a time (nothing else is read)."
+        for st in self.steps([camera]): yield st[camera]
+    def frame(self, k:int, camera:str="front_rgb")->np.ndarray:
+        "The camera's frame at timestep `k`."
+        with _Opened(self.opener, self.path) as f:
+            return _h5val(f[self.name][f"timestep_{k}"]["obs"][camera])
+
 class H5DemoReader:
     ("Read the released demonstrations `record_dataset_<EnvID>.h5` (fields of the repository's "
-     "doc/h5_data_format.md).")
+     "doc/h5_data_format.md), lazily.")
     def __init__(self, data_dir:str|Path,          # folder with the record_dataset_<EnvID>.h5 files
                  opener:Callable|None=None):      # path -> h5py.File-like; default h5py.File
         self.data_dir = Path(data_dir)
@@ -1118,42 +1324,85 @@ class H5DemoReader:
         if not self.files:
             raise FileNotFoundError(f"no record_dataset_<EnvID>.h5 in {self.data_dir}")
         if opener is None:
-            try: opener = importlib.import_module("h5py").File
-            except ImportError as e: raise ImportError("H5DemoReader needs h5py (pip install "
-                                                       "h5py), or pass opener") from e
+            try: h5py = importlib.import_module("h5py")
+            except ImportError as e: raise ImportError("H5DemoReader needs h5py: pip install h5py "
+                                                       "(the robomme extra), or pass opener") from e
+            opener = lambda p: h5py.File(p, "r")
         self.opener = opener
     @property
     def tasks(self)->list[str]: return list(self.files)
-    def episodes(self, task:str)->list[dict]:
-        ("Every episode of `task`: its setup and per-timestep obs, action and info, as numpy "
-         "arrays and strings.")
+    def episodes(self, task:str)->list[H5Episode]:
+        "Every episode of `task`: its setup and timestep count, checked; no frame is read."
         if task not in self.files: raise ValueError(f"no file for task {task!r}; have {self.tasks}")
-        f, out = self.opener(self.files[task]), []
-        for ek in sorted((k for k in f.keys() if k.startswith("episode_")),
-                         key=lambda k: int(k.split("_")[1])):
-            ep = f[ek]
-            if "setup" not in ep:
-                raise ValueError(f"{self.files[task].name}/{ek}: missing group 'setup'")
-            setup = {k: _h5val(ep["setup"][k]) for k in ("seed", "difficulty", "task_goal")
-                     if k in ep["setup"]}
-            steps = []
-            for tk in sorted((k for k in ep.keys() if k.startswith("timestep_")),
+        out, fn = [], self.files[task].name
+        with _Opened(self.opener, self.files[task]) as f:
+            for ek in sorted((k for k in f.keys() if k.startswith("episode_")),
                              key=lambda k: int(k.split("_")[1])):
-                st = {}
-                for grp, names in H5_STEP_FIELDS.items():
-                    if grp not in ep[tk]: raise ValueError(f"{self.files[task].name}/{ek}/{tk}: "
-                                                           f"missing group {grp!r} (expected "
-                                                           f"{names})")
-                    for n in names:
-                        if n not in ep[tk][grp]:
-                            raise ValueError(f"{self.files[task].name}/{ek}/{tk}/{grp}: missing "
-                                             f"field {n!r}")
-                        st[n] = _h5val(ep[tk][grp][n])
-                steps.append(st)
-            out.append({"episode": ek, **setup, "steps": steps})
+                ep = f[ek]
+                if "setup" not in ep: raise ValueError(f"{fn}/{ek}: missing group 'setup'")
+                su = {k: _h5val(ep["setup"][k]) for k in ("seed", "difficulty", "task_goal")
+                      if k in ep["setup"]}
+                ts = _ts_keys(ep)
+                for tk in ts[:1]:                                      # field names only, no data
+                    for grp, names in H5_REQUIRED.items():
+                        if grp not in ep[tk]:
+                            raise ValueError(f"{fn}/{ek}/{tk}: missing group {grp!r}")
+                        for n in names:
+                            if n not in ep[tk][grp]:
+                                raise ValueError(f"{fn}/{ek}/{tk}/{grp}: missing field {n!r}")
+                goal = su.get("task_goal", "")
+                if isinstance(goal, np.ndarray): goal = _h5val(goal.reshape(-1)[0])
+                out.append(H5Episode(self.files[task], ek, task,
+                                     None if "seed" not in su else int(su["seed"]),
+                                     su.get("difficulty"), str(goal), len(ts), self.opener))
         return out
 
-def _h5val(x):
-    "A dataset's value: numpy array, or str for bytes."
-    v = x[()] if hasattr(x, "shape") and not isinstance(x, np.ndarray) else x
-    return v.decode() if isinstance(v, bytes) else v
+# %% ../nbs/18_robomme.ipynb #e0c29302
+def grid_frame(img:np.ndarray, # (H, W, 3) camera frame, uint8
+               size:int=G*4,   # output side in pixels: G cells of 4 pixels
+              )->np.ndarray:   # (size, size, 3) uint8
+    "Area-average (or, where the sides do not divide, sample) a camera frame to the grid camera."
+    img = np.asarray(img)[..., :3]; H, W = img.shape[:2]
+    if H % size == 0 and W % size == 0:
+        a = img.reshape(size, H//size, size, W//size, 3).astype(np.float32).mean((1, 3))
+        return np.rint(a).astype(np.uint8)
+    r, c = (np.arange(size)*H)//size, (np.arange(size)*W)//size
+    return img[r][:, c].astype(np.uint8)
+
+def h5_demos(reader:H5DemoReader,             # the released files
+             tasks:Sequence[str]|None=None,   # tasks to read; None: every file
+             max_episodes:int|None=None,      # first episodes per task; None: all
+             xy_range:tuple|None=None,        # ((x_min, x_max), (y_min, y_max)); None: the data's
+            )->Demos:
+    "Training `Demos` from released H5 episodes: grid frames, video-first histories, grid actions."
+    bank, rows, xy, lengths = FrameBank(), defaultdict(list), [], []
+    want = {"front_rgb", "eef_action", "is_video_demo", "simple_subgoal", "grounded_subgoal"}
+    for task in tasks or reader.tasks:
+        for ep in reader.episodes(task)[:max_episodes]:
+            seq, n, prev_g = [], 0, 1.0                                # the gripper starts open
+            for st in ep.steps(want):
+                seq = seq + [bank.add(grid_frame(st["front_rgb"]))]
+                if bool(st["is_video_demo"]): continue
+                a = np.asarray(st["eef_action"], np.float64).reshape(-1)  # x y z r p y gripper
+                g = float(a[-1])
+                verb = "pick" if g < 0 <= prev_g else "place" if prev_g < 0 <= g else "move"
+                rows["state"].append([0, int(prev_g < 0)]); prev_g = g  # cell filled in below
+                xy.append(a[:2]); rows["verb"].append(VERBS.index(verb))
+                sg = [str(st.get(k, "")) for k in ("simple_subgoal", "grounded_subgoal")]
+                rows["goal"].append(tokenize(ep.task_goal, L_GOAL))
+                rows["sg_simple"].append(tokenize(sg[0], L_SG))
+                rows["sg_grounded"].append(tokenize(sg[1], L_SG))
+                rows["simple"].append(sg[0]); rows["grounded"].append(sg[1])
+                rows["cur"].append(seq[-1]); rows["seqs"].append(seq); rows["t"].append(n); n += 1
+            if n: lengths.append(n)
+    if not lengths: raise ValueError("no non-video timesteps in the episodes read")
+    xy = np.array(xy)
+    lo, hi = (xy.min(0), xy.max(0)) if xy_range is None else np.array(xy_range, float).T
+    ij = np.clip(((xy - lo)/np.maximum(hi - lo, 1e-9)*G).astype(int), 0, G - 1)  # (n, 2) row, col
+    cell = ij[:, 0]*G + ij[:, 1]
+    state = np.array(rows["state"]); state[1:, 0] = cell[:-1]  # the gripper's cell before the step
+    state[np.cumsum([0] + lengths[:-1]), 0] = cell[np.cumsum([0] + lengths[:-1])]
+    arr = {k: np.asarray(rows[k]) for k in ("goal", "sg_simple", "sg_grounded", "cur", "verb", "t")}
+    return Demos([], bank.tok[:bank.n], bank.pooled[:bank.n], state=state, cell=cell,
+                 seqs=rows["seqs"], drops=[None]*len(cell), simple=rows["simple"],
+                 grounded=rows["grounded"], lengths=lengths, **arr)

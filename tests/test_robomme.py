@@ -4,7 +4,8 @@ import numpy as np, pandas as pd, pytest, torch
 import torch.nn.functional as F
 from maspob_etal.robomme import (TASKS, TASK_LIST, VERBS, G, COLOURS, CONT, SPLITS, POLICIES, MiniMMEEnv, Scene, render, make_script,
     split_seeds, difficulty_of, memoryless_conflicts, even_sampling_indices, TokenDropBuffer, TTTMemory, patchify,
-    make_variant, TinyVLA, collect_demos, train_policy, evaluate, summarize, RealRoboMMEHarness, H5DemoReader, _batch)
+    make_variant, TinyVLA, collect_demos, train_policy, evaluate, summarize, RealRoboMMEHarness, H5DemoReader, _batch,
+    goal_options, episode_records, seed_file_path, write_seed_file, read_seed_file)
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent
 
@@ -218,32 +219,69 @@ def test_real_harness_on_fake_env():
     assert list(tab.columns) == [0, 7, 42, "Avg"]
     with pytest.raises(ValueError, match="not allowed"): RealRoboMMEHarness(pol, action_space="multi_choice", builder_cls=FakeBuilder)
 
-class _DS:
-    def __init__(self, v): self.v = v; self.shape = np.shape(v)
-    def __getitem__(self, k): return self.v
+def _write_h5(path, n_ep=2, n_video=2, n_t=5, drop=None, side=64):
+    "A small record_dataset_<EnvID>.h5 in the documented layout, written with h5py; returns the frames written."
+    h5py = pytest.importorskip("h5py")
+    frames = {}
+    with h5py.File(path, "w") as f:
+        f["env_id"] = path.stem[len("record_dataset_"):]
+        for e in range(n_ep):
+            su = f.create_group(f"episode_{e}/setup")
+            su["seed"], su["difficulty"], su["task_goal"] = 4000 + 100*e, ["easy", "hard"][e % 2], b"pick up the cube twice"
+            su["length"] = n_video + n_t
+            g = 1.0
+            for t in range(n_video + n_t):
+                ts = f.create_group(f"episode_{e}/timestep_{t}")
+                img = np.full((side, side, 3), 10*t + 100*e, np.uint8); img[:side//8, :side//8] = 255   # one bright cell
+                frames[(e, t)] = img
+                ts["obs/front_rgb"] = img
+                ts["obs/eef_state"] = np.zeros(6, np.float32); ts["obs/gripper_state"] = np.zeros(2, np.float32)
+                k = t - n_video
+                g = -1.0 if k in (1, 2) else 1.0                                   # close at step 1, open at step 3
+                ts["action/eef_action"] = np.array([0.1*k, -0.2 + 0.05*e, 0.3, 0, 0, 0, g], np.float32)
+                ts["info/is_video_demo"] = t < n_video
+                ts["info/simple_subgoal"] = b"pick up the cube"; ts["info/grounded_subgoal"] = b"pick up the cube at <1,2>"
+                if drop and t == 0: del ts[drop]
+    return frames
 
-def _fake_h5(n_ep=2, n_t=3, drop=None):
-    def step():
-        st = {"obs": {"front_rgb": _DS(np.zeros((256, 256, 3), np.uint8)), "joint_state": _DS(np.zeros(7)), "eef_state": _DS(np.zeros(6)),
-                      "gripper_state": _DS(np.zeros(2))},
-              "action": {"joint_action": _DS(np.zeros(8)), "eef_action": _DS(np.zeros(7)), "waypoint_action": _DS(np.zeros(7))},
-              "info": {"simple_subgoal": _DS(b"pick up the cube"), "grounded_subgoal": _DS(b"pick up the cube at <1,2>"), "is_video_demo": _DS(False)}}
-        if drop: del st[drop[0]][drop[1]]
-        return st
-    return {f"episode_{e}": {"setup": {"seed": _DS(e), "difficulty": _DS(b"easy"), "task_goal": _DS(b"do")},
-                              **{f"timestep_{t}": step() for t in range(n_t)}} for e in range(n_ep)}
-
-def test_h5_reader(tmp_path):
-    (tmp_path / "record_dataset_BinFill.h5").write_bytes(b""); (tmp_path / "record_dataset_StopCube.h5").write_bytes(b"")
-    files = {"record_dataset_BinFill.h5": _fake_h5(), "record_dataset_StopCube.h5": _fake_h5(drop=("obs", "eef_state"))}
-    r = H5DemoReader(tmp_path, opener=lambda p: files[pathlib.Path(p).name])
-    assert r.tasks == ["BinFill", "StopCube"]
-    eps = r.episodes("BinFill")
-    assert len(eps) == 2 and len(eps[0]["steps"]) == 3 and eps[1]["seed"] == 1 and eps[0]["difficulty"] == "easy"
-    assert eps[0]["steps"][0]["front_rgb"].shape == (256, 256, 3) and eps[0]["steps"][0]["grounded_subgoal"].endswith("<1,2>")
-    with pytest.raises(ValueError, match="missing field 'eef_state'"): r.episodes("StopCube")
+def test_h5_reader_on_a_real_file(tmp_path, monkeypatch):
+    "The reader lists episodes from their setup alone, reads frames lazily, and checks the documented fields."
+    h5py = pytest.importorskip("h5py")
+    frames = _write_h5(tmp_path / "record_dataset_PickXtimes.h5")
+    _write_h5(tmp_path / "record_dataset_StopCube.h5", drop="obs/front_rgb")
+    r = H5DemoReader(tmp_path)
+    assert r.tasks == ["PickXtimes", "StopCube"]
+    reads, orig = [], h5py.Dataset.__getitem__
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", lambda self, k: reads.append(self.name) or orig(self, k))
+    eps = r.episodes("PickXtimes")
+    assert not [n for n in reads if n.endswith("front_rgb")]                     # listing reads no frame
+    assert len(eps) == 2 and eps[1].seed == 4100 and eps[1].difficulty == "hard" and eps[0].n_steps == 7
+    assert eps[0].task_goal == "pick up the cube twice"
+    assert not any(isinstance(v, np.ndarray) for v in vars(eps[0]).values())      # nothing loaded with the episode
+    it = eps[1].frames(); first = next(it)
+    assert (first == frames[(1, 0)]).all() and sum(n.endswith("front_rgb") for n in reads) == 1   # one frame at a time
+    assert (eps[0].frame(4) == frames[(0, 4)]).all()
+    assert [s["grounded_subgoal"] for s in eps[0].steps(["grounded_subgoal"])][-1].endswith("<1,2>")
+    with pytest.raises(ValueError, match="missing field 'front_rgb'"): r.episodes("StopCube")
     with pytest.raises(ValueError, match="no file for task"): r.episodes("MoveCube")
     with pytest.raises(FileNotFoundError): H5DemoReader(tmp_path / "nope")
+
+def test_h5_episodes_become_training_demos(tmp_path):
+    "Real H5 episodes turn into Demos: video-first histories, grid frames, gripper verbs and binned cells; a policy trains on them."
+    pytest.importorskip("h5py")
+    from maspob_etal.robomme import h5_demos, grid_frame, patchify, memory_inputs
+    frames = _write_h5(tmp_path / "record_dataset_PickXtimes.h5")
+    d = h5_demos(H5DemoReader(tmp_path))
+    assert len(d) == 10 and d.lengths == [5, 5]
+    assert [VERBS[v] for v in d.verb[:5]] == ["move", "pick", "move", "place", "move"]
+    assert d.cell[:5].tolist() == [0, 8*2, 8*4, 8*6, 8*7] and d.state[1:5, 1].tolist() == [0, 1, 1, 0]
+    assert len(d.seqs[0]) == 3 and len(d.seqs[4]) == 7 and d.seqs[4][:6] == d.seqs[3]   # video frames open each history
+    assert (d.tok[d.cur[2]] == patchify(grid_frame(frames[(0, 4)]))).all()           # the current frame, on the grid
+    assert grid_frame(frames[(0, 0)]).shape == (32, 32, 3) and grid_frame(frames[(0, 0)])[0, 0].tolist() == [255]*3
+    p = make_variant("FrameSamp+Modul", seed=0, d=16, layers=1, heads=2, budget=32)
+    train_policy(p, d, 2, 4)
+    m = memory_inputs(p, [d.seqs[4]], d.tok, d.pooled)
+    assert m["m_mask"].sum() == 2*16 and (m["m_tok"][0, 16:32] == d.pooled[d.seqs[4][-1]]).all()
 
 def test_thread_independent():
     assert_thread_independent("""
@@ -299,3 +337,114 @@ def test_memory_inputs_read_the_right_slots():
     assert (td["m_tok"][0, :3, 0]*255).round().tolist() == [5*1000 + 7, 27*1000 + 3, 15*1000 + 63]
     assert td["m_pos"][0, :3].tolist() == [7, 3, 63] and td["m_time"][0, :3].tolist() == [0, 22, 10]
     assert td["m_mask"].tolist() == [[True]*3 + [False], [True] + [False]*3] and round(float(td["m_tok"][1, 0, 0])*255) == 32*1000 + 5
+
+
+def _play(task, seed, choose, difficulty=None):
+    "Roll out choosing among the goal options; the status, the actions and the frames seen."
+    e = MiniMMEEnv(task, seed, difficulty=difficulty); obs, _ = e.reset(); acts, frames = [], [obs["front_rgb_list"][-1]]
+    while e.status == "ongoing":
+        a = choose(e._options()); acts.append(a); frames.append(e.step(a)[0]["front_rgb_list"][-1])
+    return e.status, acts, frames
+
+@pytest.mark.parametrize("task", TASK_LIST)
+def test_oracle_replays_its_script(task):
+    "Following the first goal option reproduces the script's actions, frames and subgoals (the demos' labels)."
+    for s in split_seeds("test")[:20]:
+        sc = make_script(task, s)
+        st, acts, frames = _play(task, s, lambda o: o[0][0])
+        assert st == "success" and acts == sc.actions
+        assert all((f == render(x)).all() for f, x in zip(frames, sc.scenes))
+
+def test_success_judges_goal_completion():
+    "Another highlighted cube first, a same-colour cube in BinFill, the lifts reversed, the cube put down elsewhere: success."
+    last = lambda o: o[-1][0]
+    for task in ["PickHighlight", "BinFill", "VideoUnmask", "ButtonUnmaskSwap", "SwingXtimes"]:
+        n_alt = 0
+        for s in split_seeds("test")[:12]:
+            st, acts, _ = _play(task, s, last)
+            assert st == "success", (task, s)
+            n_alt += acts != make_script(task, s).actions
+        assert n_alt > 0, task                                                  # the judge accepted other actions
+    # BinFill by hand: the same-colour cube with the highest cell first, whichever colour the oracle starts with
+    e = MiniMMEEnv("BinFill", 2004); e.reset(); fr = e.script.free
+    col = fr["order"][-1]; c = max(k for k, v in e.scene.cubes.items() if v == col)
+    assert e.oracle_action() != ("pick", c)
+    assert e.step(("pick", c))[-1]["status"] == "ongoing" and e.step(("place", fr["bin"]))[-1]["status"] == "ongoing"
+    while e.status == "ongoing": e.step(e.oracle_action())
+    assert e.status == "success" and e.k == len(e.script.actions)
+    # PickHighlight by hand: the last highlighted cube first
+    e = MiniMMEEnv("PickHighlight", 2003); e.reset(); hl = e.script.free["cells"]
+    assert len(hl) > 1
+    for a in e.script.actions[:3]: e.step(a)
+    for c in reversed(hl): e.step(("pick", c))
+    assert e.status == "success"
+
+def test_judge_still_fails_wrong_goals():
+    "A cube of a full colour, a non-highlighted cube, a container that hides nothing asked for: fail."
+    e = MiniMMEEnv("BinFill", 2003); e.reset(); fr = e.script.free; col = fr["order"][0]
+    while e.done.count(col) < fr["want"][col]: e.step(e.oracle_action())
+    assert e.step(("pick", next(c for c, k in e.scene.cubes.items() if k == col)))[-1]["status"] == "fail"
+    e = MiniMMEEnv("PickHighlight", 2003); e.reset()
+    for a in e.script.actions[:3]: e.step(a)
+    other = next(c for c in e.scene.cubes if c not in e.script.free["cells"])
+    assert e.step(("pick", other))[-1]["status"] == "fail"
+    e = MiniMMEEnv("VideoUnmask", 2000); e.reset()
+    wrong = next(c for c in e.scene.containers if c not in e.script.free["cells"])
+    assert e.step(("pick", wrong))[-1]["status"] == "fail"
+
+def test_difficulty_comes_from_the_seed_file(tmp_path):
+    "Episodes take seed and difficulty from a seed file in the benchmark's format, not from seed % 3."
+    recs = [dict(task="PatternLock", episode=k, seed=s, difficulty=dif)
+            for k, (s, dif) in enumerate([(0, "hard"), (1, "easy"), (5, "hard")])]   # seed % 3 would say easy, medium, hard
+    write_seed_file(seed_file_path(tmp_path, "PatternLock", "train"), recs)
+    assert read_seed_file(tmp_path / "train" / "record_dataset_PatternLock_metadata.json") == recs
+    d = collect_demos(["PatternLock"], "train", 3, metadata_dir=tmp_path)
+    assert [sc.difficulty for sc in d.scripts] == ["hard", "easy", "hard"] and [sc.seed for sc in d.scripts] == [0, 1, 5]
+    side = lambda sc: int(round(len(sc.scenes[0].lanes) ** 0.5))                  # lock grid 3 / 3 / 4 by difficulty
+    assert [side(sc) for sc in d.scripts] == [4, 3, 4]
+    assert MiniMMEEnv("PatternLock", 0, difficulty="hard").difficulty == "hard"
+    assert [r["difficulty"] for r in episode_records("PatternLock", "train")[:4]] == ["easy", "easy", "medium", "hard"]
+    res = evaluate(make_variant("none", d=16, layers=1, heads=2), ["PatternLock"], "train", 3, metadata_dir=tmp_path)
+    assert res.difficulty.tolist() == ["hard", "easy", "hard"] and res.seed.tolist() == [0, 1, 5]
+    with pytest.raises(FileNotFoundError, match="no seed file"): episode_records("BinFill", "train", tmp_path)
+
+def test_training_batches_read_each_samples_own_history():
+    "A training batch's memory comes from the sample's own history, whose last frame is its current frame."
+    d = collect_demos(["PickXtimes", "VideoUnmaskSwap"], n_per_task=2)
+    p = make_variant("FrameSamp+Modul", seed=0, d=16, layers=1, heads=2, budget=32)
+    ix = np.array([7, 0, 3])
+    b = _batch(p, d, ix, "cpu")
+    for j, i in enumerate(ix):
+        seq = d.seqs[i]; assert seq[-1] == d.cur[i]
+        pick = even_sampling_indices(len(seq) - 1, 2)
+        want = np.concatenate([d.pooled[seq[k]] for k in pick])
+        assert np.allclose(b["m_tok"][j, :len(want)].numpy(), want)
+        assert np.allclose(b["cur"][j].numpy(), d.tok[d.cur[i]] / 255.)
+
+def test_budget_checkpoints_equal_shorter_runs():
+    "The rate schedule does not depend on the run's length: the policy after k steps of a long run is the k-step run's."
+    d = collect_demos(["PickXtimes", "PatternLock"], n_per_task=3)
+    snap = {}
+    train_policy(make_variant("FrameSamp+Modul", seed=1, d=16, layers=1, heads=2, budget=32), d, 8, 4, seed=1, warmup=3, at=[5],
+                 on_step=lambda s, p: snap.update({k: v.clone() for k, v in p.state_dict().items()}))
+    short = train_policy(make_variant("FrameSamp+Modul", seed=1, d=16, layers=1, heads=2, budget=32), d, 5, 4, seed=1, warmup=3)
+    for k, v in short.state_dict().items(): torch.testing.assert_close(v, snap[k])
+
+def test_clock_shortcut_reads_the_step_index():
+    "none+clock sees each sample's step index (0, 1, ... in every episode); none does not."
+    d = collect_demos(["PickXtimes", "PatternLock"], n_per_task=2)
+    starts = np.cumsum([0] + d.lengths[:-1])
+    assert (d.t[starts] == 0).all() and d.t[:d.lengths[0]].tolist() == list(range(d.lengths[0]))
+    for name, moves in (("none+clock", True), ("none", False)):
+        p = make_variant(name, seed=0, d=16, layers=1, heads=2)
+        b = _batch(p, d, np.arange(4), "cpu"); b["t"] = torch.as_tensor(d.t[:4])
+        with torch.no_grad(): o1 = p(b)["verb"]; b["t"] = b["t"] + 3; o2 = p(b)["verb"]
+        assert (not torch.allclose(o1, o2)) == moves, name
+
+def test_evaluate_gives_the_clock_the_step_index(monkeypatch):
+    "At test time the shortcut sees the same step index as in training: 0 at the first step after the video."
+    p = make_variant("none+clock", seed=0, d=16, layers=1, heads=2)
+    seen, fwd = [], p.forward
+    monkeypatch.setattr(p, "forward", lambda b, **k: seen.append(b["t"].tolist()) or fwd(b, **k))
+    evaluate(p, ["PickXtimes", "VideoUnmask"], n_per_task=3)
+    assert seen and all(set(s) == {i} for i, s in enumerate(seen))            # episodes step in lockstep
