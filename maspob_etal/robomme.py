@@ -69,7 +69,7 @@ def difficulty_of(seed:int)->str:
     "Difficulty of a seed in the built-in seed table: the official files' cycle over episodes."
     return DIFFICULTY_CYCLE[SPLITS[seed_split(seed)].index(seed) % len(DIFFICULTY_CYCLE)]
 
-# %% ../nbs/18_robomme.ipynb #4f1a4021
+# %% ../nbs/18_robomme.ipynb #10c27fc7
 def seed_file_path(metadata_dir:str|Path, task:str, split:str)->Path:
     "A seed file's place: `<metadata_dir>/<split>/record_dataset_<Task>_metadata.json`."
     return Path(metadata_dir)/split/f"record_dataset_{check_task(task)}_metadata.json"
@@ -112,7 +112,7 @@ def episode_records(task:str,                   # one of the 16 task names
     return [dict(task=task, episode=k, seed=s, difficulty=difficulty_of(s))
             for k, s in enumerate(split_seeds(split))]
 
-# %% ../nbs/18_robomme.ipynb #d108b73f
+# %% ../nbs/18_robomme.ipynb #83dc7342
 @dataclass
 class Scene:
     "What is on the table at one instant (cells are 0..G*G-1, row-major)."
@@ -172,7 +172,7 @@ def render(scene:Scene, px:int=4)->np.ndarray:
     img[r, cc][0, 0] = (0, 0, 0)                                  # the gripper mark
     return img.transpose(0, 2, 1, 3, 4).reshape(G*px, G*px, 3)
 
-# %% ../nbs/18_robomme.ipynb #a1ad9417
+# %% ../nbs/18_robomme.ipynb #21323623
 @dataclass
 class Script:
     ("One episode as the oracle plays it: the conditioning video, then a scene before each oracle "
@@ -232,7 +232,7 @@ def _swap_frames(b, items, a, c, free):
         else: items_of.discard(src); items_of.add(dst)
         yield s
 
-# %% ../nbs/18_robomme.ipynb #61199635
+# %% ../nbs/18_robomme.ipynb #a1ad9417
 def _binfill(rng, d):
     ncol = d + 1; cols = _cols(rng, ncol); lo, hi = [(1, 2), (1, 3), (2, 3)][d]
     want = {c: int(rng.integers(lo, hi + 1)) for c in cols}
@@ -298,7 +298,7 @@ def _stopcube(rng, d):
                f"{['', 'first', 'second', 'third', 'fourth', 'fifth'][k]} time",
                f"stop the cube on its visit number {_num(k)} to the target"], k
 
-# %% ../nbs/18_robomme.ipynb #955252f1
+# %% ../nbs/18_robomme.ipynb #61199635
 def _unmask(rng, d, video:bool, swaps:bool):
     n = [[3, 4, 5], [3, 4, 4]][swaps][d]
     npick = [[1, 1, 2], [int(rng.integers(1, 3)), 1, 2]][swaps][d]
@@ -406,7 +406,7 @@ def _videoplace(rng, d, order:bool):
     b.act("place", ans, "put it on the remembered target", _place(b.s, ans))
     return b, goal, ans
 
-# %% ../nbs/18_robomme.ipynb #742c9e4e
+# %% ../nbs/18_robomme.ipynb #955252f1
 def _movecube(rng, d):
     m = int(rng.integers(0, 3)); dist = [2, 3, 4][d]  # manner: 0 peg push, 1 gripper push, 2 grasp
     r, c0 = int(rng.integers(0, G)), int(rng.integers(1, G - dist))
@@ -496,7 +496,7 @@ def _routestick(rng, d):
     return b, ["follow the route around the sticks shown in the video",
                "go around the sticks the way the video did"], side
 
-# %% ../nbs/18_robomme.ipynb #a907a176
+# %% ../nbs/18_robomme.ipynb #742c9e4e
 _GEN = {"BinFill": _binfill, "PickXtimes": _pickx, "SwingXtimes": _swingx, "StopCube": _stopcube,
         "VideoUnmask": lambda r, d: _unmask(r, d, True, False), "VideoUnmaskSwap": lambda r,
         d: _unmask(r, d, True, True),
@@ -524,7 +524,7 @@ def make_script(task:str,            # one of the 16 task names
     b, goal, ans = _GEN[task](rng, DIFFICULTIES.index(difficulty))
     return b.done(task, int(seed), goal, ans, strict=task == "StopCube", difficulty=difficulty)
 
-# %% ../nbs/18_robomme.ipynb #f6a999ff
+# %% ../nbs/18_robomme.ipynb #2a973386
 def goal_options(sc:Script,   # the episode
                  t:int,       # actions taken that advanced the goal
                  s:Scene,     # the current scene
@@ -618,7 +618,7 @@ class MiniMMEEnv:
         obs, reward = self._obs([self.scene], [False]), float(self.status == "success")
         return obs, reward, done, self.status == "timeout", self._info()
 
-# %% ../nbs/18_robomme.ipynb #a5ba335d
+# %% ../nbs/18_robomme.ipynb #35c7b2b4
 def patchify(img:np.ndarray, # (G*px, G*px, 3) uint8 frame
             )->np.ndarray:   # (G*G, px*px*3) uint8: one token per cell, row-major
     "Cut a frame into its G x G cell patches (the 8x8 tokens)."
@@ -641,7 +641,7 @@ def memoryless_conflicts(scripts:Sequence[Script], # oracle episodes (one or mor
             "conflict_rate": float(np.mean([len(g) > 1 for g in groups.values()])),
             "bayes_acc": sum(max(g.values()) for g in groups.values()) / n}
 
-# %% ../nbs/18_robomme.ipynb #b58c0882
+# %% ../nbs/18_robomme.ipynb #f48553f2
 def even_sampling_indices(step_idx:int,   # index t of the current frame
                           max_frames:int, # M = budget / tokens per frame
                          )->list[int]:
@@ -652,7 +652,7 @@ def even_sampling_indices(step_idx:int,   # index t of the current frame
     if step_idx < max_frames: return list(range(step_idx + 1))
     return np.linspace(0, step_idx, max_frames).astype(int).tolist()
 
-# %% ../nbs/18_robomme.ipynb #3fad976f
+# %% ../nbs/18_robomme.ipynb #26138243
 class TokenDropBuffer:
     ("The repository's token-drop memory: patches scored by pixel change every `stride` steps, the "
      "top `capacity` kept in a heap.")
@@ -677,7 +677,7 @@ class TokenDropBuffer:
         kept = sorted((s, p) for _, s, p in self.heap if s <= step)
         return kept[-budget:] if budget > 0 else []
 
-# %% ../nbs/18_robomme.ipynb #3d34dd26
+# %% ../nbs/18_robomme.ipynb #2dd78746
 class TTTMemory(nn.Module):
     ("Linear test-time-training memory: per frame $W \\leftarrow W - \\eta \\nabla_W \\lVert W k - "
      "v\\rVert^2$, read out by learned queries.")
@@ -726,7 +726,7 @@ class RMTMemory(nn.Module):
         return self.layer(torch.cat([m, x], 1))[:, :m.shape[1]]
     def read(self, m:Tensor)->Tensor: return m
 
-# %% ../nbs/18_robomme.ipynb #a0120536
+# %% ../nbs/18_robomme.ipynb #02a374b3
 N_WORDS, L_GOAL, L_SG = 512, 24, 12
 def tokenize(text:str, length:int)->list[int]:
     "Word-level token ids (hashed into 511 buckets, 0 is padding), truncated or padded to `length`."
@@ -756,7 +756,7 @@ class Block(nn.Module):
             h = h * (1 + film[0][:, None]) + film[1][:, None]  # adaptive RMSNorm: x(1+scale)+shift
         return x + self.ff(h)
 
-# %% ../nbs/18_robomme.ipynb #75c65721
+# %% ../nbs/18_robomme.ipynb #d071ad6d
 REPRESENTATIONS = ["FrameSamp", "TokenDrop", "TTT", "RMT"]
 INTEGRATIONS = ["Context", "Modul", "Expert"]
 SYMBOLIC = {"SimpleSG": "simple", "GroundSG": "grounded"}
@@ -819,7 +819,7 @@ class TinyVLA(nn.Module):
         return (f"memory={self.memory}, integration={self.integration}, budget={self.budget}, "
                 f"symbolic={self.symbolic}, clock={self.clock}")
 
-# %% ../nbs/18_robomme.ipynb #a2200f2e
+# %% ../nbs/18_robomme.ipynb #1bc3a5c8
 @patch
 def memory_tokens(self:TinyVLA, b:dict)->tuple[Tensor, Tensor]:
     "Memory tokens (B, K, d) and their padding mask (True = empty) from a batch's memory inputs."
@@ -870,7 +870,7 @@ def forward(self:TinyVLA, b:dict, zero_film:bool=False)->dict:
                                                  self.norm(x[:, Lg + 1:Lg + 65])) / self.d**0.5
     return out
 
-# %% ../nbs/18_robomme.ipynb #bcb6570c
+# %% ../nbs/18_robomme.ipynb #a0120536
 def make_variant(name:str, # one of POLICIES or SHORTCUTS, e.g. "FrameSamp+Modul", "none+clock"
                  seed:int=0, # model seed of the initialisation
                  **kw,     # TinyVLA sizes: budget, d, layers, heads
@@ -886,7 +886,7 @@ def make_variant(name:str, # one of POLICIES or SHORTCUTS, e.g. "FrameSamp+Modul
     r, i = name.split("+")
     return TinyVLA(memory=r, integration=i, **kw)
 
-# %% ../nbs/18_robomme.ipynb #cfd981a7
+# %% ../nbs/18_robomme.ipynb #bcb6570c
 class FrameBank:
     ("Every frame seen, as cell tokens (uint8) and 4x4-pooled tokens (float), addressed by index; "
      "grows as needed.")
@@ -947,7 +947,7 @@ def _drops(bank_tok, seq, stride=2):
         out.append(np.asarray(buf.select(f, 10**6), np.int64).reshape(-1, 2))
     return out
 
-# %% ../nbs/18_robomme.ipynb #904e0a2b
+# %% ../nbs/18_robomme.ipynb #c9c62cbd
 @dataclass
 class Demos:
     "Oracle demonstrations flattened into training samples over one frame bank."
@@ -1014,7 +1014,7 @@ def _batch(policy, d:Demos, ix, device, sg=None)->dict:
                                [d.drops[i] for i in ix] if policy.memory == "TokenDrop" else None))
     return {k: torch.as_tensor(np.ascontiguousarray(v)).to(device) for k, v in b.items()}
 
-# %% ../nbs/18_robomme.ipynb #81554d18
+# %% ../nbs/18_robomme.ipynb #b5663916
 def train_policy(policy:TinyVLA,   # the policy (or a subgoal predictor: heads simple, grounded)
                  demos:Demos,      # oracle demonstrations
                  steps:int,        # optimizer steps
@@ -1053,7 +1053,7 @@ def train_policy(policy:TinyVLA,   # the policy (or a subgoal predictor: heads s
             on_step(step, policy.eval()); policy.train()
     return policy.eval()
 
-# %% ../nbs/18_robomme.ipynb #bfb00afc
+# %% ../nbs/18_robomme.ipynb #8b0c518a
 class SubgoalPredictor:
     ("The learned subgoal source: a FrameSamp+Context network classifying the next simple and "
      "grounded subgoal strings.")
@@ -1137,7 +1137,7 @@ def evaluate(policy:TinyVLA,          # a trained policy
                               suite=SUITE_OF[e.task], seed=e.seed, difficulty=e.difficulty,
                               success=float(e.status == "success"), status=e.status) for e in envs])
 
-# %% ../nbs/18_robomme.ipynb #a2cf45af
+# %% ../nbs/18_robomme.ipynb #7d20038a
 def summarize(df:pd.DataFrame, # rows with policy, model_seed, task, success (as `evaluate` returns)
              )->pd.DataFrame:
     ("Success per task, per suite (mean of its tasks) and overall (mean of all tasks): mean and "
@@ -1163,7 +1163,7 @@ def summarize(df:pd.DataFrame, # rows with policy, model_seed, task, success (as
         ["policy", "name"], key=lambda c: c.map(order) if c.name == "name" else c
     ).reset_index(drop=True)
 
-# %% ../nbs/18_robomme.ipynb #47e34f1d
+# %% ../nbs/18_robomme.ipynb #94a072f7
 def run_seed(seed:int,              # model seed: initialisations and batch order of every policy
              tasks:Sequence[str],   # tasks trained (one multi-task checkpoint) and tested
              policies:Sequence[str], # names from POLICIES or SHORTCUTS
@@ -1208,7 +1208,7 @@ def run_study(seeds:Sequence[int], # model seeds: the independent units
     return (pd.concat([o[0] for o in out], ignore_index=True),
             pd.DataFrame([o[1] for o in out], index=list(seeds)))
 
-# %% ../nbs/18_robomme.ipynb #1cd0d157
+# %% ../nbs/18_robomme.ipynb #3f4dfd50
 class RealRoboMMEHarness:
     ("Evaluate a policy on the real RoboMME benchmark with the loop of the repository's "
      "`scripts/evaluation.py`.")
@@ -1268,7 +1268,7 @@ class RealRoboMMEHarness:
         out["Avg"] = out.mean(axis=1)
         return (100 * out).round(2)
 
-# %% ../nbs/18_robomme.ipynb #20ab08b7
+# %% ../nbs/18_robomme.ipynb #d7c38363
 H5_REQUIRED = {"obs": ["front_rgb"], "action": ["eef_action"], "info": ["is_video_demo"]}
 
 class _Opened:
@@ -1357,7 +1357,7 @@ class H5DemoReader:
                                      su.get("difficulty"), str(goal), len(ts), self.opener))
         return out
 
-# %% ../nbs/18_robomme.ipynb #e0c29302
+# %% ../nbs/18_robomme.ipynb #11fbe928
 def grid_frame(img:np.ndarray, # (H, W, 3) camera frame, uint8
                size:int=G*4,   # output side in pixels: G cells of 4 pixels
               )->np.ndarray:   # (size, size, 3) uint8
