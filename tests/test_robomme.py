@@ -412,7 +412,7 @@ def test_training_batches_read_each_samples_own_history():
     "A training batch's memory comes from the sample's own history, whose last frame is its current frame."
     d = collect_demos(["PickXtimes", "VideoUnmaskSwap"], n_per_task=2)
     p = make_variant("FrameSamp+Modul", seed=0, d=16, layers=1, heads=2, budget=32)
-    ix = np.array([7, 0, 3])
+    ix = np.r_[np.cumsum(d.lengths) - 1, 0]                                  # each episode's last step, and a first one
     b = _batch(p, d, ix, "cpu")
     for j, i in enumerate(ix):
         seq = d.seqs[i]; assert seq[-1] == d.cur[i]
