@@ -1326,7 +1326,7 @@ class H5DemoReader:
         if opener is None:
             try: h5py = importlib.import_module("h5py")
             except ImportError as e: raise ImportError("H5DemoReader needs h5py: pip install h5py "
-                                                       "(the robomme extra), or pass opener") from e
+                                                       "(the robot extra), or pass opener") from e
             opener = lambda p: h5py.File(p, "r")
         self.opener = opener
     @property
