@@ -23,13 +23,13 @@ from .core import progress, seed_everything
 # %% auto #0
 __all__ = ['STAGES', 'STAGE_WORDS', 'CHANNELS', 'POSITIONS', 'CAPTION_KEYS', 'FS', 'EPOCH_S', 'OBJECTIVES', 'TEMPLATE_PROMPTS',
            'STAGE_PROMPTS', 'EDF_ALIASES', 'REQUIRED_EDF', 'PSGSet', 'hypnogram', 'zscore_subject', 'simulate_psg',
-           'measure_features', 'caption_epoch', 'make_captions', 'contrastive_text', 'normalise', 'WordTokenizer',
-           'MiniLMTokenizer', 'make_tokenizer', 'rope_freqs', 'apply_rope', 'Attention', 'SwiGLU', 'PostNormLayer',
-           'PreNormBlock', 'SleepLMConfig', 'AttnPool', 'DualAxisSignalEncoder', 'prefix_causal_mask', 'TextEncoder',
-           'FrozenMiniLMText', 'CaptionDecoder', 'ReconDecoder', 'clip_loss', 'objective_weights', 'SleepLM',
-           'prepare_data', 'train_sleeplm', 'bow_zero_shot', 'embed_signals', 'embed_texts_sleeplm', 'zero_shot_stage',
-           'retrieval_recall', 'linear_probe', 'generate_captions', 'evaluate_sleeplm', 'run_seed', 'load_psg_tensor',
-           'load_edf']
+           'measure_features', 'caption_epoch', 'make_captions', 'contrastive_text', 'thin_captions', 'normalise',
+           'WordTokenizer', 'MiniLMTokenizer', 'make_tokenizer', 'rope_freqs', 'apply_rope', 'Attention', 'SwiGLU',
+           'PostNormLayer', 'PreNormBlock', 'SleepLMConfig', 'AttnPool', 'DualAxisSignalEncoder', 'prefix_causal_mask',
+           'TextEncoder', 'FrozenMiniLMText', 'CaptionDecoder', 'ReconDecoder', 'clip_loss', 'objective_weights',
+           'SleepLM', 'prepare_data', 'train_sleeplm', 'bow_zero_shot', 'embed_signals', 'embed_texts_sleeplm',
+           'zero_shot_stage', 'retrieval_recall', 'linear_probe', 'generate_captions', 'evaluate_sleeplm', 'run_seed',
+           'load_psg_tensor', 'load_edf']
 
 # %% ../nbs/03_sleeplm.ipynb #6d4e8c53
 STAGES = ("W", "N1", "N2", "N3", "R")  # class ids 0..4
@@ -571,6 +571,23 @@ def contrastive_text(
     if not with_stage:
         se = _STAGE_SENTENCE.sub("", se)
     return " ".join(t for t in (cap.get("brain", "").strip(), se.strip()) if t)
+
+
+# %% ../nbs/03_sleeplm.ipynb #97ad83f4
+def thin_captions(
+    captions: Sequence[dict],  # per epoch, a dict of captions (keys of CAPTION_KEYS)
+    drop: float,  # share of the epochs, in [0, 1], that lose the caption `key`
+    seed: int = 0,  # which epochs
+    key: str = "brain",  # the caption to remove
+) -> list:  # copies of the dicts, `key` removed from round(drop * N) epochs
+    "Remove one caption from a share of the epochs: how much of the signal the text leaves undescribed."
+    if not 0.0 <= float(drop) <= 1.0:
+        raise ValueError(f"drop is a share of the epochs, in [0, 1]; got {drop}")
+    if key not in CAPTION_KEYS:
+        raise ValueError(f"key must be one of {CAPTION_KEYS}, got {key!r}")
+    n = len(captions)
+    gone = set(np.random.default_rng(seed).permutation(n)[: int(round(float(drop) * n))].tolist())
+    return [{k: v for k, v in c.items() if not (i in gone and k == key)} for i, c in enumerate(captions)]
 
 
 # %% ../nbs/03_sleeplm.ipynb #5e65bac3
@@ -1473,16 +1490,17 @@ def run_seed(
     d_te: dict,  # held-out data with labels
     cfg: SleepLMConfig,  # model sizes (vocabulary from the data)
     objectives: Sequence[str] = OBJECTIVES,  # trained from the same initial weights
-    budgets: Sequence[int] = (150,),  # steps at which to evaluate; the last is the run's length
+    budgets: Sequence[int] = (150,),  # training steps: one run per budget, each with its own schedule
     batch_size: int = 32,
     lr: float = 2e-3,
     prompts: dict | None = None,  # zero-shot prompts
     probe_draws: int = 10,
     n_retrieval: int = 100,
-    keep_models: bool = False,  # also return the trained models and the embeddings
+    keep_models: bool = False,  # also return the models of the largest budget and the embeddings
     device: str = "cpu",
-) -> dict:  # rows (one per objective and budget, plus the random copy), hists, (models, emb)
-    "Train each objective for the largest budget from one initialisation; evaluate at every budget."
+    random_init: bool = True,  # also evaluate the untrained initial weights (objective "random init", 0 steps)
+) -> dict:  # rows (one per objective and budget, plus the random copy), hists (of the largest budget), (models, emb)
+    "Train each objective once per budget from one initialisation, each run annealed over its own length; evaluate each."
     budgets = sorted(budgets)
     rows, hists, models, emb = [], {}, {}, {}
 
@@ -1490,24 +1508,25 @@ def run_seed(
         rows.append(dict(seed=seed, objective=obj, steps=b,
                          **{k: v for k, v in ev.items() if not k.startswith(("G_", "zs_pred"))},
                          zs_pred=ev["zs_pred"].tolist()))
-        if keep_models and "G_tr" in ev:
+        if keep_models:
             emb[obj, b] = (ev["G_tr"], ev["G_te"])
 
     kw = dict(prompts=prompts, probe_draws=probe_draws, n_retrieval=n_retrieval, draw_seed=seed)
     for i, obj in enumerate(objectives):
-        torch.manual_seed(seed)
-        model = SleepLM(cfg, pad_id=d_tr["pad_id"]).to(device)
-        if i == 0:  # the same initial weights, untrained
-            row("random init", 0, evaluate_sleeplm(model, d_tr, d_te, **kw))
-        cb = lambda t, m, obj=obj: row(
-            obj, t, evaluate_sleeplm(m, d_tr, d_te, probes=t == budgets[-1], **kw)
-        )
-        hists[obj] = train_sleeplm(model, d_tr, steps=budgets[-1], batch_size=batch_size, lr=lr,
-                                   objective=obj, seed=seed, show=False, checkpoints=budgets,
-                                   callback=cb)
-        if keep_models:
-            models[obj] = model.cpu()
+        for b in budgets:
+            torch.manual_seed(seed)
+            model = SleepLM(cfg, pad_id=d_tr["pad_id"]).to(device)
+            if random_init and i == 0 and b == budgets[0]:  # the same initial weights, untrained
+                row("random init", 0, evaluate_sleeplm(model, d_tr, d_te, **kw))
+            h = train_sleeplm(model, d_tr, steps=b, batch_size=batch_size, lr=lr, objective=obj,
+                              seed=seed, show=False)
+            row(obj, b, evaluate_sleeplm(model, d_tr, d_te, **kw))
+            if b == budgets[-1]:
+                hists[obj] = h
+                if keep_models:
+                    models[obj] = model.cpu()
     return dict(rows=rows, hists=hists, models=models, emb=emb)
+
 
 # %% ../nbs/03_sleeplm.ipynb #1ca79540
 EDF_ALIASES = {

@@ -17,7 +17,7 @@ from maspob_etal.sleeplm import (
     SleepLMConfig, WordTokenizer, apply_rope, clip_loss, contrastive_text, embed_signals, embed_texts_sleeplm, generate_captions,
     linear_probe, load_edf, load_psg_tensor, make_captions, make_tokenizer, measure_features, normalise, objective_weights,
     prefix_causal_mask, prepare_data, retrieval_recall, rope_freqs, simulate_psg, train_sleeplm, zero_shot_stage, zscore_subject,
-    STAGES, STAGE_PROMPTS, TEMPLATE_PROMPTS, bow_zero_shot)
+    STAGES, STAGE_PROMPTS, TEMPLATE_PROMPTS, bow_zero_shot, run_seed, thin_captions, evaluate_sleeplm)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny models: see conftest
 TINY = dict(width=32, heads=4, d_conv=16, n_dec_tokens=4, embed_dim=16, text_width=32, text_layers=1, dec_layers=1, patch=128)
@@ -471,3 +471,45 @@ def test_zero_shot_claim_counts_units_not_pooled_epochs(scale):
     c = next(c for c in rec["claims"] if c["id"] == "C1b")
     assert c.get("unit") in ("seed", "held-out subject") and c["n_seeds"] <= 12, (c.get("unit"), c["n_seeds"])
     assert c.get("ci_method") in ("t", "cluster t")
+
+
+def test_budgets_are_separate_runs(night):
+    # each budget is its own run annealed over its own length, not a checkpoint of the longest run's schedule
+    psg, caps = night
+    d = prepare_data(psg, caps)
+    cfg = SleepLMConfig(vocab_size=d["vocab_size"], **TINY)
+    out = run_seed(1, d, d, cfg, objectives=("clip",), budgets=(4, 2), batch_size=8, lr=1e-2, probe_draws=1, keep_models=True)
+    assert [(r["objective"], r["steps"]) for r in out["rows"]] == [("random init", 0), ("clip", 2), ("clip", 4)]
+    torch.manual_seed(1)
+    m2 = SleepLM(cfg, pad_id=d["pad_id"])
+    train_sleeplm(m2, d, steps=2, batch_size=8, lr=1e-2, objective="clip", seed=1, show=False)
+    assert torch.equal(out["emb"]["clip", 2][1], embed_signals(m2, d["x"]))
+    seen = []
+    torch.manual_seed(1)
+    m4 = SleepLM(cfg, pad_id=d["pad_id"])
+    train_sleeplm(m4, d, steps=4, batch_size=8, lr=1e-2, objective="clip", seed=1, show=False, checkpoints=(2,),
+                  callback=lambda t, m: seen.append(embed_signals(m, d["x"])))
+    assert len(out["hists"]["clip"]) == 4
+    assert not torch.equal(seen[0], out["emb"]["clip", 2][1])   # the 2-step checkpoint of the 4-step schedule differs
+    ev = evaluate_sleeplm(m2, d, d, probe_draws=1, draw_seed=1)
+    row2 = out["rows"][1]
+    assert row2["zs_acc"] == ev["zs_acc"] and row2["probe5_acc"] == ev["probe5_acc"]
+
+
+
+def test_thin_captions(night):
+    _, caps = night
+    for q in (0.0, 0.3, 1.0):
+        thin = thin_captions(caps, q, seed=4)
+        gone = [i for i, c in enumerate(thin) if "brain" not in c]
+        assert len(gone) == round(q*len(caps))
+        assert all({k: v for k, v in c.items() if k != "brain"} == {k: v for k, v in o.items() if k != "brain"} for c, o in zip(thin, caps))
+        assert all(c["brain"] == o["brain"] for c, o in zip(thin, caps) if "brain" in c)
+    assert thin_captions(caps, 0.5, seed=4) == thin_captions(caps, 0.5, seed=4) != thin_captions(caps, 0.5, seed=5)
+    assert "heart" not in thin_captions(caps, 1.0, key="heart")[0] and "brain" in thin_captions(caps, 1.0, key="heart")[0]
+    t = thin_captions(caps, 1.0)
+    assert all("spindles" not in contrastive_text(c) and "alpha" not in contrastive_text(c) for c in t)
+    d = prepare_data(simulate_psg(4, 60, seed=3), t)
+    assert not d["has_cap"][:, 0].any() and d["has_cap"][:, 1:5].all()
+    with pytest.raises(ValueError, match=r"\[0, 1\]"): thin_captions(caps, -0.1)
+    with pytest.raises(ValueError, match="must be one of"): thin_captions(caps, 0.5, key="eeg")
