@@ -580,14 +580,15 @@ def thin_captions(
     seed: int = 0,  # which epochs
     key: str = "brain",  # the caption to remove
 ) -> list:  # copies of the dicts, `key` removed from round(drop * N) epochs
-    "Remove one caption from a share of the epochs: how much of the signal the text leaves undescribed."
+    "Remove one caption from a share of the epochs: how much of the signal the text leaves out."
     if not 0.0 <= float(drop) <= 1.0:
         raise ValueError(f"drop is a share of the epochs, in [0, 1]; got {drop}")
     if key not in CAPTION_KEYS:
         raise ValueError(f"key must be one of {CAPTION_KEYS}, got {key!r}")
     n = len(captions)
     gone = set(np.random.default_rng(seed).permutation(n)[: int(round(float(drop) * n))].tolist())
-    return [{k: v for k, v in c.items() if not (i in gone and k == key)} for i, c in enumerate(captions)]
+    return [{k: v for k, v in c.items() if not (i in gone and k == key)}
+            for i, c in enumerate(captions)]
 
 
 # %% ../nbs/03_sleeplm.ipynb #5e65bac3
@@ -1490,7 +1491,7 @@ def run_seed(
     d_te: dict,  # held-out data with labels
     cfg: SleepLMConfig,  # model sizes (vocabulary from the data)
     objectives: Sequence[str] = OBJECTIVES,  # trained from the same initial weights
-    budgets: Sequence[int] = (150,),  # training steps: one run per budget, each with its own schedule
+    budgets: Sequence[int] = (150,),  # training steps: one run per budget, each its own schedule
     batch_size: int = 32,
     lr: float = 2e-3,
     prompts: dict | None = None,  # zero-shot prompts
@@ -1498,9 +1499,9 @@ def run_seed(
     n_retrieval: int = 100,
     keep_models: bool = False,  # also return the models of the largest budget and the embeddings
     device: str = "cpu",
-    random_init: bool = True,  # also evaluate the untrained initial weights (objective "random init", 0 steps)
-) -> dict:  # rows (one per objective and budget, plus the random copy), hists (of the largest budget), (models, emb)
-    "Train each objective once per budget from one initialisation, each run annealed over its own length; evaluate each."
+    random_init: bool = True,  # also evaluate the untrained weights ("random init", 0 steps)
+) -> dict:  # rows (per objective and budget, and the random copy), hists (largest budget), models, emb
+    "Train each objective once per budget from one initialisation (own schedule each); evaluate each run."
     budgets = sorted(budgets)
     rows, hists, models, emb = [], {}, {}, {}
 
