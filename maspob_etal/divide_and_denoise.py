@@ -25,17 +25,18 @@ from diffusers import DDIMScheduler, DDPMPipeline, DDPMScheduler, UNet2DModel
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SHAPES', 'PALETTE', 'SIZE_RANGE', 'FAIRNESS', 'COLOR_CLASSES', 'SHAPE_CLASSES', 'Concept', 'concept_from_name',
-           'shape_coverage', 'render_scene', 'random_objects', 'make_concept_dataset', 'make_expert_unet', 'Expert',
-           'train_expert', 'save_expert', 'load_expert', 'initial_noise', 'ddim_scheduler', 'ddim_loop',
-           'sample_single', 'check_pixel_experts', 'predict_x0', 'gaussian_blur', 'saliency_utility', 'check_utilities',
-           'allocation_values', 'cross_values', 'is_allocation', 'is_proportional', 'is_envy_free',
-           'solve_fair_division_lp', 'solve_fair_division_entropic', 'round_robin_allocation', 'solve_fair_division',
-           'expert_utilities', 'alignment_energy', 'alignment_step', 'allocation_masks', 'composite_eps',
-           'DivideAndDenoiseSampler', 'sample_average', 'sample_composable', 'fixed_layout',
-           'sample_multidiffusion_fixed', 'sample_argmax_allocation', 'count_network_calls', 'Detection',
-           'relative_position', 'evaluate_detections', 'MiniGenEval', 'task_spec', 'overall_score',
-           'fair_share_violation_rate', 'check_against_lp', 'paired_bootstrap', 'expert_quality', 'per_seed_scores']
+__all__ = ['SHAPES', 'PALETTE', 'SIZE_RANGE', 'FAIRNESS', 'ALLOCATION_RULES', 'COLOR_CLASSES', 'SHAPE_CLASSES', 'Concept',
+           'concept_from_name', 'shape_coverage', 'render_scene', 'random_objects', 'make_concept_dataset',
+           'make_expert_unet', 'Expert', 'train_expert', 'save_expert', 'load_expert', 'initial_noise',
+           'ddim_scheduler', 'ddim_loop', 'sample_single', 'check_pixel_experts', 'predict_x0', 'gaussian_blur',
+           'saliency_utility', 'check_utilities', 'allocation_values', 'cross_values', 'is_allocation',
+           'is_proportional', 'is_envy_free', 'solve_fair_division_lp', 'solve_fair_division_entropic',
+           'round_robin_allocation', 'solve_fair_division', 'expert_utilities', 'alignment_energy', 'alignment_step',
+           'allocation_masks', 'composite_eps', 'DivideAndDenoiseSampler', 'sample_average', 'sample_composable',
+           'fixed_layout', 'sample_multidiffusion_fixed', 'sample_argmax_allocation', 'count_network_calls',
+           'allocation_arms', 'Detection', 'relative_position', 'evaluate_detections', 'MiniGenEval', 'task_spec',
+           'overall_score', 'fair_share_violation_rate', 'check_against_lp', 'paired_bootstrap', 'expert_quality',
+           'per_seed_scores']
 
 # %% ../nbs/04_divide_and_denoise.ipynb #0c22bbbb
 SHAPES = ("circle", "square", "triangle")
@@ -1143,6 +1144,25 @@ def count_network_calls(experts:Sequence[Expert], # the experts whose networks a
     try: yield calls
     finally:
         for h in hs: h.remove()
+
+# %% ../nbs/04_divide_and_denoise.ipynb #34a3d877
+ALLOCATION_RULES = {"dnd": "proportional", "argmax": "none", "rr": "round_robin",
+                    "argmax_tuned": "none"}   # arm -> `fairness` of `DivideAndDenoiseSampler`
+
+def allocation_arms(knobs:dict, # chosen knobs: "dnd" (Divide-and-Denoise's gamma), "argmax_tuned"
+                   )->dict:     # arm -> keyword arguments of `DivideAndDenoiseSampler`
+    ("Sampler settings of the allocation arms. The ablation (`argmax`, no fairness) and the "
+     "shortcut (`rr`, round robin) run at Divide-and-Denoise's gamma: only the allocation rule "
+     "differs. `argmax_tuned` is the argmax allocation at its own tuned gamma, an arm beside the "
+     "ablation.")
+    arms = {}
+    if "dnd" in knobs:
+        g = float(knobs["dnd"])
+        for m in ("dnd", "argmax", "rr"):   # the same gamma: only the allocation rule differs
+            arms[m] = dict(fairness=ALLOCATION_RULES[m], guidance_scale=g)
+    if "argmax_tuned" in knobs:
+        arms["argmax_tuned"] = dict(fairness="none", guidance_scale=float(knobs["argmax_tuned"]))
+    return arms
 
 # %% ../nbs/04_divide_and_denoise.ipynb #0b22d8a4
 @dataclass

@@ -8,7 +8,7 @@ from diffusers import DDIMPipeline, DDPMScheduler
 from hypothesis import given, settings, strategies as st
 
 from maspob_etal.divide_and_denoise import (
-    Concept, Detection, DivideAndDenoiseSampler, Expert, MiniGenEval, allocation_masks, allocation_values, alignment_energy,
+    Concept, Detection, DivideAndDenoiseSampler, Expert, MiniGenEval, allocation_arms, allocation_masks, allocation_values, alignment_energy,
     alignment_step, check_against_lp, check_utilities, composite_eps, evaluate_detections, expert_utilities, fair_share_violation_rate,
     fixed_layout, initial_noise, is_allocation, is_envy_free, is_proportional, load_expert, make_expert_unet, predict_x0,
     random_objects, relative_position, render_scene, sample_argmax_allocation, sample_average, sample_composable,
@@ -505,3 +505,18 @@ def test_masks_put_each_cell_where_the_allocation_says():
     Mb = allocation_masks(A, (8, 8), patch=2, blur=0.7)
     assert 0 < Mb[0, 0, 3, 2] < 1 and 0 < Mb[0, 0, 3, 1] < 1 and Mb[0, 0, 3, 0] > 0.95 and Mb[0, 0, 3, 7] < 0.05
     torch.testing.assert_close(Mb.sum(1), torch.ones(1, 8, 8))
+
+
+def test_ablation_and_shortcut_arms_share_divide_and_denoise_gamma():
+    "The argmax ablation and the round-robin shortcut differ from Divide-and-Denoise only in the allocation rule."
+    for g_dnd, g_tuned in [(0.3, 0.1), (0.0, 1.0), (0.1, 0.1)]:
+        # knobs named after the other arms too (as if tuned alike): the ablation and the shortcut ignore them
+        arms = allocation_arms(dict(dnd=g_dnd, argmax=g_tuned, rr=g_tuned + 0.5, argmax_tuned=g_tuned, md="halves_tb"))
+        assert arms["dnd"] == dict(fairness="proportional", guidance_scale=g_dnd)
+        assert arms["argmax"] == dict(fairness="none", guidance_scale=g_dnd)
+        assert arms["rr"] == dict(fairness="round_robin", guidance_scale=g_dnd)
+        assert arms["argmax_tuned"] == dict(fairness="none", guidance_scale=g_tuned)   # the arm beside, own gamma
+    assert set(allocation_arms(dict(dnd=0.3))) == {"dnd", "argmax", "rr"}
+    assert allocation_arms(dict(argmax_tuned=0.4)) == {"argmax_tuned": dict(fairness="none", guidance_scale=0.4)}
+    assert allocation_arms(dict(md="quadrants")) == {}
+
