@@ -18,13 +18,13 @@ from fastcore.basics import patch
 from .core import parallel_map, progress, seed_everything
 
 # %% auto #0
-__all__ = ['NONCONVEX_TABLES', 'METHODS', 'ENV_INTERFACE', 'SYSTEM', 'EXAMPLE', 'TUNING_GRIDS', 'normalize_objectives',
-           'hypervolume_2d', 'hypervolume', 'nondominated_ranks', 'crowding_distance', 'group_advantages',
-           'HVWeightScheduler', 'pareto_rank_scores', 'ToolCallEnv', 'true_front', 'front_distance', 'front_best_hv',
-           'nonconvex_env', 'on_envelope', 'linear_reach', 'check_method', 'in_stage1', 'tool_objectives',
-           'method_scores', 'logprob_grad', 'MLPPolicy', 'check_env', 'env_objectives', 'greedy_theta', 'train_tabular',
-           'static_optimum', 'safe_eval', 'make_word_problems', 'parse_answer', 'agent_rollouts', 'grpo_loss',
-           'train_llm_grpo', 'evaluate_agent', 'tune']
+__all__ = ['NONCONVEX_TABLES', 'METHODS', 'ENV_INTERFACE', 'SYSTEM', 'EXAMPLE', 'TUNING_GRIDS', 'SHORTCUT',
+           'normalize_objectives', 'hypervolume_2d', 'hypervolume', 'nondominated_ranks', 'crowding_distance',
+           'group_advantages', 'HVWeightScheduler', 'pareto_rank_scores', 'ToolCallEnv', 'true_front', 'front_distance',
+           'front_best_hv', 'nonconvex_env', 'nonconvex_instance', 'on_envelope', 'linear_reach', 'check_method',
+           'in_stage1', 'linear_phase', 'tool_objectives', 'method_scores', 'logprob_grad', 'MLPPolicy', 'check_env',
+           'env_objectives', 'greedy_theta', 'train_tabular', 'static_optimum', 'safe_eval', 'make_word_problems',
+           'parse_answer', 'agent_rollouts', 'grpo_loss', 'train_llm_grpo', 'evaluate_agent', 'tune']
 
 # %% ../nbs/06_paretopo.ipynb #pp009
 def normalize_objectives(
@@ -431,6 +431,20 @@ def nonconvex_env(level:int, seed:int=0)->ToolCallEnv:
     return ToolCallEnv.from_table([NONCONVEX_TABLES[level]], seed)
 
 
+def nonconvex_instance(level:int,                # 0..3, as in `nonconvex_env`
+                       seed:int,                 # the unit's seed: each seed draws its own instance
+                       b_range:tuple=(0.85, 1.0),  # range of the slope b of the map p -> a + b p
+                       a_max:float=0.03,         # largest offset a (less where max p would pass 1)
+                      )->ToolCallEnv:
+    ("One task instance of a level: its success table under a random increasing affine map "
+     "p -> a + b p drawn from `seed` (the same dents, other rates).")
+    P = nonconvex_env(level).P[0]
+    rng = np.random.default_rng([17, int(seed)])   # one (a, b) per seed, the same at every level
+    b = rng.uniform(*b_range)
+    a = rng.uniform(0.0, min(a_max, 1.0 - b * P.max()))
+    return ToolCallEnv.from_table([a + b * P], seed)
+
+
 def on_envelope(front:np.ndarray, # (n, 2) of (accuracy, calls), sorted by calls, from `true_front`
                 tol:float=1e-9,   # a point this far below the envelope still counts as on it
                )->np.ndarray:     # (n,) bool: optimal for some weight w >= 0 (maybe tied)
@@ -462,8 +476,15 @@ def check_method(method:str)->str:
 
 
 def in_stage1(method: str, t: int, steps: int, switch_frac: float = 0.5) -> bool:
-    "True when step `t` (0-based) of `steps` uses the Stage 1 weights."
-    return method == "stage1_only" or (method == "paretopo" and t < switch_frac * steps)
+    "True when step `t` (0-based) of `steps` moves the Stage 1 weights: before the switch."
+    return method in ("paretopo", "stage1_only") and t < switch_frac * steps
+
+
+def linear_phase(method: str, t: int, steps: int, switch_frac: float = 0.5) -> bool:
+    ("True when step `t` scores by the scheduler's weights: Stage 1, or weights held where an "
+     "ablation turns a stage off (stage1_only after the switch, stage2_only before it).")
+    first = t < switch_frac * steps
+    return method == "stage1_only" or (method in ("paretopo", "stage2_only") and first)
 
 
 def tool_objectives(
@@ -492,7 +513,7 @@ def method_scores(
     lo: Sequence[float],  # worst value of each objective, (M,)
     hi: Sequence[float],  # best value of each objective, (M,)
     correct: np.ndarray | None = None,  # the gate's correctness, (B, G); None: primary at its best
-    stage1: bool = False,  # paretopo: this step is in Stage 1
+    stage1: bool = False,  # paretopo, stage2_only: this step scores by `sched.w` (`linear_phase`)
     w_static: float | Sequence[float] = 0.1,  # weight of each secondary objective, scalar or (M-1,)
     sched: HVWeightScheduler | None = None,  # Stage 1 weights over the M objectives
     gate: bool = True,  # Stage 2 correctness gate
@@ -519,9 +540,9 @@ def method_scores(
     if method == "otc":
         # secondaries count only as far as the primary is achieved
         return R[..., 0] + (R[..., 1:] @ w) * Rn[..., 0]
-    if method == "stage1_only" or (method == "paretopo" and stage1):
+    if method == "stage1_only" or (method in ("paretopo", "stage2_only") and stage1):
         if sched is None:
-            raise ValueError(f"{method} in Stage 1 needs an HVWeightScheduler")
+            raise ValueError(f"{method} before the switch needs an HVWeightScheduler")
         if sched.n_obj != M:
             raise ValueError(f"the scheduler has {sched.n_obj} objectives, R has {M}")
         return Rn @ sched.w
@@ -636,7 +657,7 @@ def train_tabular(method:str,              # one of METHODS
                   eff_scale:float=1.0,     # c in R_eff = -c * calls
                   seed:int=0,              # tasks, coins and initial MLP weights
                   w:float=0.1,             # `static`/`otc` weight (scalar or per secondary)
-                  switch_frac:float=0.5,   # paretopo: fraction of steps in Stage 1
+                  switch_frac:float=0.5,   # paretopo and ablations: share of steps before the switch
                   gate:bool=True,          # Stage 2 correctness gate
                   eta:float=0.0,           # Stage 2 crowding tie-break
                   delta:float=0.05, rho:float=0.2, ema:float=0.9,   # Stage 1 scheduler
@@ -663,7 +684,7 @@ def train_tabular(method:str,              # one of METHODS
     M = len(env_objectives(env, np.zeros(1, int), np.ones(1, bool), eff_scale)[1])
     sched = (
         HVWeightScheduler(M, delta=delta, rho=rho, ema=ema)
-        if method in ("stage1_only", "paretopo")
+        if method in ("stage1_only", "stage2_only", "paretopo")
         else None
     )
     if policy == "tabular":
@@ -680,8 +701,9 @@ def train_tabular(method:str,              # one of METHODS
         d = np.repeat(rng.integers(0, D, B), G)  # B tasks, G rollouts each
         n, correct = env.rollout(theta, d, rng)
         R, lo, hi = env_objectives(env, n, correct, eff_scale)   # (B*G, M)
-        s1 = in_stage1(method, t, steps, switch_frac)
-        if s1:
+        s1 = in_stage1(method, t, steps, switch_frac)  # the Stage 1 weights move
+        lin = linear_phase(method, t, steps, switch_frac)  # a linear score with sched.w
+        if lin:
             w_c[t] = sched.w
         s = method_scores(
             method,
@@ -689,7 +711,7 @@ def train_tabular(method:str,              # one of METHODS
             lo,
             hi,
             correct=correct.reshape(B, G),
-            stage1=s1,
+            stage1=lin,
             w_static=w,
             sched=sched,
             gate=gate,
@@ -706,7 +728,7 @@ def train_tabular(method:str,              # one of METHODS
             topt.step()
             with torch.no_grad():
                 theta = net().numpy().copy()
-        # Stage 1: move the weights after the step
+        # Stage 1: move the weights after the step (never in stage2_only)
         if s1:
             sched.update(normalize_objectives(R, lo, hi))
         ev[t + 1] = *env.exact_eval(theta), *env.exact_eval(greedy_theta(theta))
@@ -1045,16 +1067,15 @@ def train_llm_grpo(
         weight_decay=0.0,
     )
     train, rng = make_word_problems(n_train, seed=seed + 12345), np.random.default_rng(seed)
-    sched = HVWeightScheduler(2) if method in ("stage1_only", "paretopo") else None
+    sched = HVWeightScheduler(2) if method in ("stage1_only", "stage2_only", "paretopo") else None
     curve, t_train = [], time.perf_counter()
     for t in progress(range(steps), desc=f"GRPO {method}", leave=False):
         if time.perf_counter() - t_train > time_budget_s:
             break
-        s1 = method == "stage1_only" or (
-            method == "paretopo"
-            and t < switch_frac * steps
-            and time.perf_counter() - t_train < switch_frac * time_budget_s
-        )
+        elapsed = time.perf_counter() - t_train
+        first = t < switch_frac * steps and elapsed < switch_frac * time_budget_s
+        s1 = method in ("paretopo", "stage1_only") and first  # the weights move
+        lin = method == "stage1_only" or (method in ("paretopo", "stage2_only") and first)
         probs = [train[i] for i in rng.integers(0, len(train), B)]
         model.eval()
         eps = agent_rollouts(
@@ -1079,7 +1100,7 @@ def train_llm_grpo(
             lo,
             hi,
             correct=correct.reshape(B, G),
-            stage1=s1,
+            stage1=lin,
             w_static=w,
             sched=sched,
             gate=gate,
@@ -1098,7 +1119,7 @@ def train_llm_grpo(
                 step=t + 1,
                 acc=float(correct.mean()),
                 calls=float(calls.mean()),
-                stage=1 if s1 else 2,
+                stage=1 if lin else 2,
                 w_acc=float(sched.w[0]) if sched else None,
                 loss=loss.item(),
                 seconds=time.perf_counter() - t0,
@@ -1136,18 +1157,31 @@ def evaluate_agent(model, tok, problems: list, k_max: int = 3, max_new_tokens: i
     )
 
 # %% ../nbs/06_paretopo.ipynb #pp076a
-# the configurations each method is tuned over in every setting: as many for both
+# the configurations each method is tuned over in every setting: five for every tuned arm
+_SWITCH = tuple(dict(switch_frac=f) for f in (0.1, 0.3, 0.5, 0.7, 0.9))  # share before the switch
 TUNING_GRIDS = {
     "static": tuple(dict(w=w) for w in (0.01, 0.03, 0.1, 0.3, 1.0)),  # two decades around 0.1
-    "paretopo": tuple(dict(switch_frac=f) for f in (0.1, 0.3, 0.5, 0.7, 0.9)),  # share in Stage 1
+    # multiples of 1/K_max (K_max = 6 in every environment here): two decades around 1/K_max
+    "otc": tuple(dict(w=f / 6) for f in (0.1, 0.3, 1.0, 3.0, 10.0)),
+    "paretopo": _SWITCH,
+    "stage1_only": _SWITCH,  # the ablations: the full method's grid
+    "stage2_only": _SWITCH,
 }
+SHORTCUT = ("static", dict(w=0.1))  # the crudest scalarisation: the card's weight, never tuned
+
+
+def _env_for(env, seed):
+    "`env`, or `env(seed)` when it is a function seed -> environment (one instance per seed)."
+    return env(seed) if callable(env) and not hasattr(env, "rollout") else env
+
 
 def _tabular_metric(method, env, seed, steps, eff_scale, metric, kw):
+    env = _env_for(env, seed)
     return train_tabular(method, env, steps=steps, seed=seed, eff_scale=eff_scale, **kw)[metric]
 
 
 def tune(method:str,               # a key of `grid`
-         env,                      # the setting's environment
+         env,                      # the setting's environment, or a function seed -> environment
          seeds:Sequence[int],      # tuning seeds (never the claims' seeds)
          steps:int,                # GRPO updates of each tuning run
          eff_scale:float=1.0,      # the setting's efficiency scale

@@ -11,10 +11,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _threads import assert_thread_independent
 
 from maspob_etal.paretopo import (
-    HVWeightScheduler, METHODS, NONCONVEX_TABLES, TUNING_GRIDS, ToolCallEnv, crowding_distance, front_distance, group_advantages,
-    hypervolume, hypervolume_2d, linear_reach, logprob_grad, make_word_problems, method_scores, nondominated_ranks, nonconvex_env,
-    normalize_objectives, on_envelope, pareto_rank_scores, parse_answer, safe_eval, static_optimum, tool_objectives, train_tabular,
-    true_front, tune)
+    HVWeightScheduler, METHODS, NONCONVEX_TABLES, SHORTCUT, TUNING_GRIDS, ToolCallEnv, crowding_distance, front_distance,
+    group_advantages, hypervolume, hypervolume_2d, linear_reach, logprob_grad, make_word_problems, method_scores, nondominated_ranks,
+    nonconvex_env, nonconvex_instance, normalize_objectives, on_envelope, pareto_rank_scores, parse_answer, safe_eval, static_optimum,
+    tool_objectives, train_tabular, true_front, tune)
 
 
 # ---- hypervolume -------------------------------------------------------------------------------------------------
@@ -271,6 +271,104 @@ def test_tuning_budget_is_equal_and_covers_every_scale():
     best10, _ = tune("static", ToolCallEnv(), [0], 200, eff_scale=10.0, grid={"static": (dict(w=0.01), dict(w=0.1))})
     best1, _ = tune("static", ToolCallEnv(), [0], 200, eff_scale=1.0, grid={"static": (dict(w=0.1), dict(w=1.0))})
     assert best10["w"]*10 == pytest.approx(best1["w"])
+
+
+def test_thesis_baseline_otc_is_tuned_like_paretopo_and_the_shortcut_is_cruder():
+    assert len(TUNING_GRIDS["otc"]) == len(TUNING_GRIDS["paretopo"]) == len(TUNING_GRIDS["static"]) == 5
+    ws = [kw["w"] for kw in TUNING_GRIDS["otc"]]
+    assert any(abs(w - 1/6) < 1e-12 for w in ws)                        # the HV's own weight 1/K_max is in the grid
+    assert min(ws) < 1/6 < max(ws) and max(ws)/min(ws) >= 100            # two decades around it
+    m, kw = SHORTCUT                                                      # one fixed linear weight, never tuned
+    assert m == "static" and kw == {"w": 0.1} and m != "otc"
+
+
+def test_ablations_are_tuned_over_the_full_methods_grid():
+    assert TUNING_GRIDS["stage1_only"] == TUNING_GRIDS["stage2_only"] == TUNING_GRIDS["paretopo"]
+    env = nonconvex_instance(3, 1000)
+    for m in ("stage1_only", "stage2_only"):                              # the grid's knob moves each ablation
+        th = [train_tabular(m, env, steps=60, seed=1000, **kw)["theta"] for kw in (TUNING_GRIDS[m][0], TUNING_GRIDS[m][-1])]
+        assert not np.array_equal(*th), m
+
+
+def test_stage1_only_turns_stage2_off(monkeypatch):
+    import maspob_etal.paretopo as pp
+    def no_ranks(*a, **k): raise AssertionError("Stage 2 ran")
+    monkeypatch.setattr(pp, "pareto_rank_scores", no_ranks)
+    env, T = nonconvex_instance(2, 3), 40
+    r = pp.train_tabular("stage1_only", env, steps=T, seed=3, switch_frac=0.5)    # never ranks
+    W = r["weights"]
+    assert not np.isnan(W).any()                                               # a linear score at every step
+    assert not np.allclose(W[0], W[T//2 - 1])                                  # Stage 1 moves the weights before the switch
+    np.testing.assert_array_equal(W[T//2:], np.broadcast_to(W[T//2], W[T//2:].shape))   # then they are held
+    with pytest.raises(AssertionError, match="Stage 2 ran"):
+        pp.train_tabular("paretopo", env, steps=T, seed=3, switch_frac=0.5)
+
+
+def test_stage2_only_turns_stage1_off(monkeypatch):
+    import maspob_etal.paretopo as pp
+    env, T = nonconvex_instance(2, 3), 40
+    r = pp.train_tabular("stage2_only", env, steps=T, seed=3, switch_frac=0.5)
+    W = r["weights"]
+    np.testing.assert_array_equal(W[:T//2], np.tile([1.0, 0.0], (T//2, 1)))   # the weights never leave w0
+    assert np.isnan(W[T//2:]).all() and len(r["archive"]) == 0 and r["fallbacks"] == 0   # no Stage 1 update at all
+    s = method_scores("stage2_only", *tool_objectives(np.array([[1, 0, 1]], bool), np.array([[0, 0, 5]]), 6),
+                      stage1=True, sched=HVWeightScheduler(2))
+    np.testing.assert_array_equal(s, [[1, 0, 1]])                              # before the switch: accuracy alone
+    calls = []
+    monkeypatch.setattr(pp, "pareto_rank_scores", lambda *a, **k: calls.append(1) or np.zeros(np.shape(a[0])[:-1]))
+    pp.train_tabular("stage2_only", env, steps=T, seed=3, switch_frac=0.5)
+    assert len(calls) == T - T//2                                              # after it: the ranks, every step
+
+
+def test_each_seed_draws_its_own_instance_with_the_same_dents():
+    for level in range(len(NONCONVEX_TABLES)):
+        nominal = on_envelope(true_front(nonconvex_env(level)))
+        envs = [nonconvex_instance(level, s) for s in range(8)]
+        assert len({e.P[0].tobytes() for e in envs}) == 8                      # the units differ
+        for e in envs:
+            assert (np.diff(e.P[0]) >= 0).all() and e.P.max() <= 1
+            np.testing.assert_array_equal(on_envelope(true_front(e)), nominal)   # the same points below the envelope
+            assert linear_reach(e)["best_calls"] == 2                            # k = 2 stays the HV-best point
+    for s in range(8):                                                          # per seed, the knob keeps its order
+        g = [linear_reach(nonconvex_instance(l, s))["gap"] for l in range(4)]
+        assert g[0] == pytest.approx(0, abs=1e-12) and np.all(np.diff(g) > 0.005)
+    np.testing.assert_array_equal(nonconvex_instance(1, 5).P, nonconvex_instance(1, 5).P)   # reproducible
+
+
+def test_tune_draws_one_instance_per_seed():
+    from functools import partial
+    grid, seeds = {"otc": (dict(w=0.05), dict(w=1/6))}, [7, 8]
+    best, means = tune("otc", partial(nonconvex_instance, 3), seeds, 30, grid=grid)
+    direct = [np.mean([train_tabular("otc", nonconvex_instance(3, s), steps=30, seed=s, **kw)["hv_greedy"] for s in seeds])
+              for kw in grid["otc"]]
+    np.testing.assert_allclose(means, direct)
+
+
+def _smoke_ledger():
+    import json, os
+    root = pathlib.Path(os.environ.get("PARETOPO_LEDGER_DIR", pathlib.Path(__file__).resolve().parents[1]/"results"))
+    f = root/"paretopo.smoke.json"
+    if not f.exists(): pytest.skip("no smoke ledger")
+    return json.loads(f.read_text())
+
+
+def test_smoke_ledger_claims_design():
+    d = _smoke_ledger()
+    C, m = {c["id"]: c for c in d["claims"]}, d["metrics"]
+    levels = sorted(int(i.split("@")[1]) for i in C if i.startswith("C1@"))
+    assert len(levels) >= 3 and set(C) == {f"C1@{l}" for l in levels} | {"C2", "C3a", "C3b", "C4", "C5"}
+    assert len(C) <= 9 and not any(i.startswith("C4@") for i in C)             # the scale claim is one claim
+    top = max(levels)
+    for l in levels:                                                           # the thesis: against tuned OTC
+        c = C[f"C1@{l}"]
+        assert c["baseline"] == pytest.approx(m[f"level {l}: otc hv"], abs=1e-12), l
+        assert c["shortcut_mean"] == pytest.approx(m[f"level {l}: shortcut hv"], abs=1e-12), l
+        assert not any(k.startswith(f"level {l}: tuned shortcut") for k in m)    # the shortcut is never tuned
+        assert len(set(np.round(c["ours_values"], 12))) > 1 or len(set(np.round(c["baseline_values"], 12))) > 1   # units vary
+    assert C["C3a"]["baseline"] == pytest.approx(m[f"level {top}: stage1_only hv"], abs=1e-12)
+    assert C["C3b"]["baseline"] == pytest.approx(m[f"level {top}: stage2_only hv"], abs=1e-12)
+    for a in ("paretopo", "otc", "stage1_only", "stage2_only"):               # every compared arm was tuned, alike
+        assert f"level {top}: tuned {a} " + ("w" if a == "otc" else "switch_frac") in m, a
 
 
 def test_greedy_evaluation_is_the_deterministic_policy():
