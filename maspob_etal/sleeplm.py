@@ -579,7 +579,8 @@ def thin_captions(
     drop: float,  # share of the epochs, in [0, 1], that lose the caption `key`
     seed: int = 0,  # which epochs
     key: str = "brain",  # the caption to remove
-) -> list:  # copies of the dicts, `key` removed from round(drop * N) epochs
+    stage: bool = True,  # also remove the stage sentence from those epochs' `stage_event` caption
+) -> list:  # copies of the dicts, `key` (and the stage sentence) removed from round(drop * N) epochs
     "Remove one caption from a share of the epochs: how much of the signal the text leaves out."
     if not 0.0 <= float(drop) <= 1.0:
         raise ValueError(f"drop is a share of the epochs, in [0, 1]; got {drop}")
@@ -587,8 +588,13 @@ def thin_captions(
         raise ValueError(f"key must be one of {CAPTION_KEYS}, got {key!r}")
     n = len(captions)
     gone = set(np.random.default_rng(seed).permutation(n)[: int(round(float(drop) * n))].tolist())
-    return [{k: v for k, v in c.items() if not (i in gone and k == key)}
-            for i, c in enumerate(captions)]
+    out = []
+    for i, c in enumerate(captions):
+        c = {k: v for k, v in c.items() if not (i in gone and k == key)}
+        if i in gone and stage and "stage_event" in c:
+            c["stage_event"] = _STAGE_SENTENCE.sub("", c["stage_event"]).strip()
+        out.append(c)
+    return out
 
 
 # %% ../nbs/03_sleeplm.ipynb #5e65bac3
@@ -1281,7 +1287,7 @@ TEMPLATE_PROMPTS = {
     s: [f"sleep stage {w} .", f"this epoch is scored as {w} .", f"{w} epoch ."]
     for s, w in zip(STAGES, STAGE_WORDS)
 }
-# zero-shot prompts: each stage by its textbook EEG and eye signs, in wordings no caption uses
+# zero-shot prompts: each stage by its textbook EEG and eye signs; no caption contains a prompt whole
 STAGE_PROMPTS = {
     "W": ["alpha dominates with blinks .", "eeg alpha rhythm , blinks , no spindles ."],
     "N1": ["theta dominates with slow eye movements .", "theta rhythm , slow eye movements ."],
@@ -1294,17 +1300,26 @@ STAGE_PROMPTS = {
 def bow_zero_shot(
     texts: Sequence[str],  # one text per epoch (e.g. its contrastive text)
     prompts: dict | None = None,  # class -> prompt texts; default STAGE_PROMPTS
+    idf_texts: Sequence[str] | None = None,  # fit IDF word weights on these (e.g. training texts)
 ) -> np.ndarray:  # class ids (N,)
     "Shortcut: the class whose prompts share most words with each text (cosine of word counts)."
     prompts = prompts or STAGE_PROMPTS
     vocab = {w: i for i, w in enumerate(sorted({w for p in prompts.values() for t in p
                                                 for w in normalise(t).split()}))}
+    idf = np.ones(len(vocab))
+    if idf_texts is not None:  # smoothed IDF: log((1 + n) / (1 + df)) + 1
+        df = np.zeros(len(vocab))
+        for t in idf_texts:
+            for w in set(normalise(t).split()) & set(vocab):
+                df[vocab[w]] += 1
+        idf = np.log((1 + len(idf_texts)) / (1 + df)) + 1
 
     def counts(t):
         v = np.zeros(len(vocab))
         for w in normalise(t).split():
             if w in vocab:
                 v[vocab[w]] += 1
+        v = v * idf
         return v / max(np.linalg.norm(v), 1e-12)
 
     P = np.stack([np.mean([counts(t) for t in p], 0) for p in prompts.values()])  # (K, V)
@@ -1456,7 +1471,7 @@ def evaluate_sleeplm(
     probe_draws: int = 10,  # draws of the k examples, averaged
     n_retrieval: int = 100,  # candidates per retrieval pool
     draw_seed: int = 0,  # seeds the pools and the probe draws
-) -> dict:  # zs_acc, zs_f1, zs_pred, r1, probe{k}_acc/_f1, G_te (and G_tr)
+) -> dict:  # zs_acc, zs_f1, zs_pred, r1, rec_eeg, probe{k}_acc/_f1, G_te (and G_tr)
     "Zero-shot staging, signal-to-text R@1 and k-shot probes of one model on held-out epochs."
     from sklearn.metrics import f1_score
 
@@ -1467,7 +1482,11 @@ def evaluate_sleeplm(
     T_te = embed_texts_sleeplm(model, d_te["text"])
     rng = np.random.default_rng(draw_seed)
     pools = np.array_split(rng.permutation(len(G_te)), max(1, len(G_te) // n_retrieval))
-    out = dict(zs_acc=float(np.mean(zs == y_te)), zs_pred=zs, G_te=G_te,
+    with torch.no_grad():  # EEG/EOG/EMG... channels 0-8: MSE over their power (1: predicting 0)
+        dev, xe = next(model.parameters()).device, d_te["x"][:256]
+        rec = model.recon(model.signal(xe.to(dev))[1]).cpu()
+        rec_eeg = float(((rec - xe)[:, :9] ** 2).mean() / (xe[:, :9] ** 2).mean())
+    out = dict(rec_eeg=rec_eeg, zs_acc=float(np.mean(zs == y_te)), zs_pred=zs, G_te=G_te,
                zs_f1=float(f1_score(y_te, zs, average="macro", labels=range(len(prompts)))),
                r1=float(np.mean([retrieval_recall(G_te[p], T_te[p], ks=(1,))["s2t R@1"]
                                  for p in pools])))

@@ -499,17 +499,64 @@ def test_budgets_are_separate_runs(night):
 
 def test_thin_captions(night):
     _, caps = night
+    stage_re = re.compile(r"(wake|n1|n2|n3|rem) epoch|sleep stage|scored as")
     for q in (0.0, 0.3, 1.0):
         thin = thin_captions(caps, q, seed=4)
         gone = [i for i, c in enumerate(thin) if "brain" not in c]
         assert len(gone) == round(q*len(caps))
-        assert all({k: v for k, v in c.items() if k != "brain"} == {k: v for k, v in o.items() if k != "brain"} for c, o in zip(thin, caps))
-        assert all(c["brain"] == o["brain"] for c, o in zip(thin, caps) if "brain" in c)
+        keep = lambda c: {k: v for k, v in c.items() if k not in ("brain", "stage_event")}
+        assert all(keep(c) == keep(o) for c, o in zip(thin, caps))
+        assert all(c == o for c, o in zip(thin, caps) if "brain" in c)          # untouched epochs are unchanged
+        assert not any(stage_re.search(thin[i]["stage_event"]) for i in gone)   # thinned ones lose the stage name
+        assert all(stage_re.search(caps[i]["stage_event"]) for i in gone)
     assert thin_captions(caps, 0.5, seed=4) == thin_captions(caps, 0.5, seed=4) != thin_captions(caps, 0.5, seed=5)
     assert "heart" not in thin_captions(caps, 1.0, key="heart")[0] and "brain" in thin_captions(caps, 1.0, key="heart")[0]
+    assert thin_captions(caps, 1.0, stage=False)[0]["stage_event"] == caps[0]["stage_event"]
     t = thin_captions(caps, 1.0)
     assert all("spindles" not in contrastive_text(c) and "alpha" not in contrastive_text(c) for c in t)
     d = prepare_data(simulate_psg(4, 60, seed=3), t)
     assert not d["has_cap"][:, 0].any() and d["has_cap"][:, 1:5].all()
     with pytest.raises(ValueError, match=r"\[0, 1\]"): thin_captions(caps, -0.1)
     with pytest.raises(ValueError, match="must be one of"): thin_captions(caps, 0.5, key="eeg")
+
+
+def test_plain_infonce_equals_multi_positive_on_exact_repeats(small):
+    # identical texts embed identically, so plain InfoNCE has the multi-positive loss and gradient: thinned captions
+    # (many repeated texts) need no special case
+    _, _, tok, d = small
+    m = model_for(tok, seed=1)
+    with torch.no_grad():
+        G0, _ = m.signal(d["x"][:4])
+        T0 = m.text(d["text"][[0, 0, 2, 3]])
+    assert torch.equal(T0[0], T0[1])
+    p = torch.tensor([[.5, .5, 0, 0], [.5, .5, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+    s = m.logit_scale.detach().exp()
+    Gp, Tp, Gm, Tm = (v.clone().requires_grad_(True) for v in (G0, T0, G0, T0))
+    Lp = clip_loss(Gp, Tp, m.logit_scale.detach()); Lp.backward()
+    lg = s*Gm @ Tm.T
+    Lm = (F.cross_entropy(lg, p) + F.cross_entropy(lg.T, p))/2; Lm.backward()
+    summed = lambda g: torch.cat([g[:1] + g[1:2], g[2:]])       # the repeated text's two rows reach one text
+    assert abs(float(Lp) - float(Lm)) < 1e-5
+    assert torch.allclose(summed(Tp.grad), summed(Tm.grad), atol=1e-6) and torch.allclose(Gp.grad, Gm.grad, atol=1e-6)
+
+
+def test_idf_shortcut_weights_rare_words():
+    prompts = {"A": ["alpha common ."], "B": ["beta common ."]}
+    texts = ["alpha common common .", "beta ."]
+    assert bow_zero_shot(texts, prompts).tolist() == [0, 1]
+    # "common" appears in every fitting text, "alpha" in none: the IDF rule weights alpha more
+    fit = ["common"] * 9 + ["beta common"]
+    tie = ["alpha beta common ."]
+    assert bow_zero_shot(tie, prompts, idf_texts=fit).tolist() == [0]
+    assert bow_zero_shot(tie, prompts, idf_texts=["alpha common"] * 9 + ["common"]).tolist() == [1]
+
+
+def test_evaluate_reports_eeg_reconstruction_error(night):
+    psg, caps = night
+    d = prepare_data(psg, caps)
+    m = SleepLM(SleepLMConfig(vocab_size=d["vocab_size"], **TINY), pad_id=d["pad_id"])
+    ev = evaluate_sleeplm(m, d, d, probes=False)
+    with torch.no_grad():
+        xe = d["x"][:256]; rec = m.recon(m.signal(xe)[1])
+    want = float(((rec - xe)[:, :9]**2).mean()/(xe[:, :9]**2).mean())
+    assert abs(ev["rec_eeg"] - want) < 1e-6 and ev["rec_eeg"] > 0.5
