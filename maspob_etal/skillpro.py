@@ -20,13 +20,13 @@ from fastcore.basics import patch
 from .core import progress
 
 # %% auto #0
-__all__ = ['FEATURES', 'FEATURE_KEY', 'NEUTRAL', 'INSTRUCTIONS', 'PREDICATES', 'PRED_TEXT', 'MIN_GAIN', 'WARMUP', 'ABLATIONS',
-           'Skill', 'lcb', 'epsilon_schedule', 'evolution_priority', 'HigherLower', 'render_state', 'take_rows',
-           'cat_states', 'SkillStepWarning', 'instruction', 'parse_step', 'rule_vector', 'guess_features', 'condition',
-           'SimLLM', 'seed_skills', 'SkillPool', 'Episode', 'make_streams', 'play', 'skill_value', 'exact_return',
-           'success_failure_batch', 'ppo_gate_score', 'trace_salience', 'SimCritic', 'aggregate', 'SkillEvolution',
-           'run_skill_mdp', 'action_logprobs', 'shared_prompt_logprobs', 'SmolPolicy', 'mastermind_pegs',
-           'mastermind_agent', 'play_textarena']
+__all__ = ['FEATURES', 'FEATURE_KEY', 'NEUTRAL', 'INSTRUCTIONS', 'PREDICATES', 'PRED_TEXT', 'MIN_GAIN', 'WARMUP', 'HELPFUL',
+           'ABLATIONS', 'Skill', 'lcb', 'epsilon_schedule', 'evolution_priority', 'HigherLower', 'render_state',
+           'take_rows', 'cat_states', 'SkillStepWarning', 'instruction', 'parse_step', 'rule_vector', 'guess_features',
+           'condition', 'SimLLM', 'seed_skills', 'SkillPool', 'Episode', 'make_streams', 'play', 'skill_value',
+           'exact_return', 'success_failure_batch', 'ppo_gate_score', 'trace_salience', 'helpful_edit', 'SimCritic',
+           'aggregate', 'SkillEvolution', 'run_skill_mdp', 'action_logprobs', 'shared_prompt_logprobs', 'SmolPolicy',
+           'mastermind_pegs', 'mastermind_agent', 'play_textarena']
 
 # %% ../nbs/07_skillpro.ipynb #25206147
 @dataclass(eq=False)
@@ -879,9 +879,29 @@ def trace_salience(ep: Episode) -> tuple:
     return z.mean(1), z
 
 
+# the direction of each guess feature that raises HigherLower's return for SimLLM (the one-step
+# skill table of section 7); features absent here help in neither direction
+HELPFUL = {"interval": 1, "middle": 1, "repeat": -1, "direction": 1, "same": -1}
+
+
+def helpful_edit(skill: Skill, D: np.ndarray) -> tuple:
+    ("(add, remove, feature) of a helpful edit read from the trace: the most salient feature "
+     "(|D_f|) on which the skill is wrong; add its helpful step, remove the step against it.")
+    m = rule_vector(skill)
+    wrong = [i for i, k in enumerate(FEATURE_KEY) if m[i] != HELPFUL.get(k, 0)]
+    if not wrong:
+        return "", "", None
+    f = max(wrong, key=lambda i: abs(D[i]))
+    k = FEATURE_KEY[f]
+    bad = {_NORM(instruction(k, -HELPFUL[k]))} if k in HELPFUL else {
+        _NORM(instruction(k, p)) for p in (1, -1)}
+    remove = next((p for p in skill.policy if _NORM(p) in bad), "")
+    return (instruction(k, HELPFUL[k]) if k in HELPFUL else ""), remove, f
+
+
 class SimCritic:
-    ("Semantic-gradient stand-in that reads the trace only: with prob. q it writes an edit about "
-     "the most salient feature of the episode's guesses, else a random one.")
+    ("Semantic-gradient stand-in: with prob. q it writes a helpful edit, chosen from the trace "
+     "(the most salient feature the skill gets wrong), else a random one; q is its accuracy knob.")
 
     def __init__(self, q: float = 1.0, p_remove: float = 0.3, p_cond: float = 0.1, seed: int = 0):
         if not 0 <= q <= 1:
@@ -899,33 +919,26 @@ class SimCritic:
         ("One semantic gradient {'is_related', 'add', 'remove', 'initiation', 'termination'} from "
          "one episode; `informed=False` is the facts-only summary of `wo_sg`.")
         rng = self.rng
-        reads = rng.random() < self.q  # drawn in every case: the same stream for every q
-        if informed and reads:
-            D, z = trace_salience(ep)
-            f = int(np.argmax(np.abs(D)))
-            outcome = 1 if ep.ret > baseline else -1  # success: more of it; failure: less of it
-            pol = int(outcome * np.sign(D[f]) or -outcome)
-            add = instruction(FEATURE_KEY[f], pol)
-            opposite = _NORM(instruction(FEATURE_KEY[f], -pol))
-            remove = next((p for p in skill.policy if _NORM(p) == opposite), "")
-            related = ep.active[int(np.argmax(np.abs(z[f])))] == skill.name
-        else:
-            add = INSTRUCTIONS[rng.integers(len(INSTRUCTIONS))]
-            remove = (
-                skill.policy[rng.integers(len(skill.policy))]
-                if rng.random() < self.p_remove
-                else ""
-            )
-            related = skill.name in ep.active
+        u = rng.random(4)  # drawn in every case: the same stream for every q
+        add = INSTRUCTIONS[int(u[1] * len(INSTRUCTIONS))]
+        remove = skill.policy[int(u[2] * len(skill.policy))] if u[3] < self.p_remove else ""
+        related = skill.name in ep.active
         cond = lambda pre: (
             (pre + PRED_TEXT[rng.integers(len(PRED_TEXT))]) if rng.random() < self.p_cond else ""
         )
+        init, term = cond("IF "), cond("Stop IF ")
+        if informed and u[0] < self.q:
+            D, z = trace_salience(ep)
+            h_add, h_rem, f = helpful_edit(skill, D)
+            if f is not None:
+                add, remove, init, term = h_add, h_rem, "", ""
+                related = ep.active[int(np.argmax(np.abs(z[f])))] == skill.name
         return dict(
             is_related=bool(related),
             add=add,
             remove=remove,
-            initiation=cond("IF "),
-            termination=cond("Stop IF "),
+            initiation=init,
+            termination=term,
         )
 
 

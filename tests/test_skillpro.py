@@ -236,14 +236,64 @@ def test_trace_salience_known_value():
     i = FEATURE_KEY.index("interval")                        # inside [17, 32] is half the guesses after "higher"
     assert np.allclose(z[i], [0.0, -1.0, -1.0])
 
-def test_critic_reads_the_outcome_not_a_list_of_good_instructions():
+def test_critic_writes_the_helpful_edit_of_the_most_salient_wrong_feature():
     ep = _trace([16, 10, 16])
     c = lambda: SimCritic(q=1.0, p_remove=0.0, p_cond=0.0, seed=0)
-    fail, win = c().gradient(mk("Demo"), ep, baseline=0.5)["add"], c().gradient(mk("Demo"), ep, baseline=-1.0)["add"]
-    assert fail == instruction("repeat", -1) and win == instruction("repeat", 1)   # the same trace, opposite outcomes
+    sk = mk("Demo", policy=(instruction("repeat", 1), "Think carefully before answering."))
+    for b in (0.5, -1.0):                                    # the helpful edit does not depend on the outcome
+        g = c().gradient(sk, ep, baseline=b)
+        assert (g["add"], g["remove"]) == (instruction("repeat", -1), instruction("repeat", 1))
+    good = mk("Demo", policy=[instruction(k, v) for k, v in HELPFUL.items()])
+    assert helpful_edit(good, trace_salience(ep)[0]) == ("", "", None)      # nothing to fix: a random edit
+    D = np.zeros(len(FEATURE_KEY)); D[FEATURE_KEY.index("far")] = 5.0
+    assert helpful_edit(mk("F", policy=(instruction("far", 1),)), D) == ("", instruction("far", 1), FEATURE_KEY.index("far"))
+    assert helpful_edit(mk("F"), D)[0] in {instruction(k, v) for k, v in HELPFUL.items()}  # far is right: next feature
+    assert all(v > 0 for v in (lambda t: [t(mk("o", "", [instruction(k, v)])) - exact_return(ENV, POL, None, n=400)
+                                          for k, v in HELPFUL.items()])(skill_value(ENV, POL, n=400)))   # each helps alone
     crit = SimCritic(q=0.0, seed=1)                          # q = 0: uniform over all 18 instructions
     adds = Counter(crit.gradient(mk("Demo"), ep)["add"] for _ in range(1800))
     assert set(adds) == set(INSTRUCTIONS) and max(adds.values()) < 2*min(adds.values())
+
+def _realised_accuracy(q, sd, truth, n_eps=40, n_cand=5):
+    "The notebook's measure: share of single candidates (no gate) on fixed seed-pool batches with a true gain."
+    p = SkillPool()
+    eps_ = play(ENV, POL, p, make_streams(ENV, n_eps, 777_000 + sd), eps=0.3, record=True)[3]
+    b, evo, gains = float(np.mean([e.ret for e in eps_])), SkillEvolution(SimCritic(q=q, seed=sd), POL.logprob, seed=sd), []
+    for s in p.skills:
+        mine = [e for e in eps_ if any(x is s for x, _ in e.calls)]
+        if len(mine) >= 6:
+            batch = success_failure_batch(mine, 6)
+            gains += [truth(evo.candidate(s, batch, b)[0]) - truth(s) for _ in range(n_cand)]
+    return float((np.array(gains) > 0).mean())
+
+def test_realised_accuracy_rises_with_the_knob_and_spans_the_regime():
+    truth = skill_value(ENV, POL, n=400)
+    acc = [np.mean([_realised_accuracy(q, sd, truth) for sd in (0, 1)]) for q in (0.0, 0.5, 1.0)]
+    assert np.all(np.diff(acc) > 0), acc                    # rises with q
+    assert acc[-1] - acc[0] >= 0.3 and acc[0] < 0.5 and acc[-1] > 0.9, acc   # from near chance to near 1
+
+NB = pathlib.Path(__file__).parents[1] / "nbs" / "07_skillpro.ipynb"
+
+def _nb_source():
+    import json
+    return "\n".join("".join(c["source"]) for c in json.loads(NB.read_text())["cells"] if c["cell_type"] == "code")
+
+def test_transfer_shortcut_is_c1s_shortcut():
+    src = _nb_source()
+    assert 'wo_sd = runs["wo_ppo", cfg.qs[0], sd]["pool"]' in src      # C1's shortcut arm: wo_ppo at q = qs[0]
+    assert 'B_wo=exact_return(env, polB, wo_sd' in src and 'N64_wo=exact_return(env64, pol, wo_sd' in src
+    assert 'shortcut=rand_sc + ", transferred the same way", shortcut_values=two("wo")' in src
+    assert 'rand_sc = "wo_ppo at q=0' in src
+
+def test_claims_are_merged():
+    import json
+    led = json.loads((pathlib.Path(__file__).parents[1] / "results" / "skillpro.smoke.json").read_text())
+    ids = [c["id"] for c in led["claims"]]
+    assert ids == ["C1@0", "C1@0.5", "C1@1", "C2", "C7", "C3", "C4", "C5", "C6"], ids
+    src = _nb_source()
+    assert "q_claims = list(dict.fromkeys((cfg.qs[0], cfg.qs[len(cfg.qs)//2], cfg.qs[-1])))" in src
+    assert "for q in q_claims:" in src and "for b in cfg.budgets[:1]:" in src
+    assert 'claims.append(Claim("C5",' in src and "C5a" not in src and "C5b" not in src
 
 # ---- Track B: real LLM log-probs ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
